@@ -1,0 +1,25 @@
+"""trainperf: why is my training slow? Data wait, iteration time, throughput and GC, while it trains."""
+
+from ._format import format_line
+from ._listener import BottleneckWarning, IterationTimer, PerformanceListener
+from ._record import SCHEMA_VERSION, GCStat, PerformanceRecord, Verdict
+from ._sinks import LoggingSink, MemorySink, Sink, SinkError
+from ._summary import RunSummary
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "BottleneckWarning",
+    "GCStat",
+    "IterationTimer",
+    "LoggingSink",
+    "MemorySink",
+    "PerformanceListener",
+    "PerformanceRecord",
+    "RunSummary",
+    "Sink",
+    "SinkError",
+    "Verdict",
+    "format_line",
+]

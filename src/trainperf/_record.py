@@ -1,0 +1,142 @@
+"""The record schema: one :class:`PerformanceRecord` per report window."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+__all__ = ["GCStat", "PerformanceRecord", "Verdict", "SCHEMA_VERSION"]
+
+#: Bumped when a field is renamed or removed; adding a field keeps the version.
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class GCStat:
+    """Collections of one collector during a window.
+
+    Args:
+        name: collector name (``gen0``, ``gen1``, ``gen2`` for Python's generations,
+            ``cuda_alloc_retries`` for the CUDA caching allocator, or a Java collector
+            name such as ``PS Scavenge`` when read back from a Deeplearning4j log).
+        count: collections in the window.
+        ms: total pause in the window, in milliseconds; ``None`` where the collector
+            does not expose its pause time.
+    """
+
+    name: str
+    count: int
+    ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What limits the window: ``input-bound``, ``gc-bound`` or ``fine``.
+
+    Args:
+        kind: the verdict.
+        share: the share of the window's wall time, in percent, that backs the verdict
+            (data wait for ``input-bound``, GC pauses for ``gc-bound``, the larger of
+            the two for ``fine``).
+        reason: the plain-words explanation printed after the figures.
+    """
+
+    kind: str
+    share: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PerformanceRecord:
+    """Figures for one report window (the iterations since the previous report).
+
+    Times are milliseconds, rates are per second of wall time over the whole window.
+    A figure that was not asked for, or cannot be measured, is ``None``; no figure is
+    ever infinite because of a division by zero. ``score`` is the last loss as the
+    model reported it and can be NaN or infinite when training diverges.
+    """
+
+    iteration: int
+    window_iterations: int
+    window_s: float
+    warmup: bool
+    timestamp: float
+    etl_ms: float | None = None
+    etl_max_ms: float | None = None
+    iteration_ms: float | None = None
+    iteration_p50_ms: float | None = None
+    iteration_p95_ms: float | None = None
+    iteration_max_ms: float | None = None
+    samples_per_sec: float | None = None
+    batches_per_sec: float | None = None
+    score: float | None = None
+    gc: tuple[GCStat, ...] = ()
+    epoch: int | None = None
+    host: str = ""
+    pid: int = 0
+    rank: int | None = None
+    device: int | None = None
+    verdict: Verdict | None = None
+    samples: int | None = None
+    batches: int = 0
+    etl_total_ms: float | None = None
+    gc_total_ms: float | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def gc_ms(self) -> float:
+        """Total measured GC pause of the window in milliseconds (0 when none)."""
+        return sum(s.ms for s in self.gc if s.ms is not None)
+
+    def to_dict(self, *, flat: bool = False) -> dict[str, Any]:
+        """The record as plain Python values.
+
+        Args:
+            flat: when true, ``gc`` becomes ``gc.<name>.count`` / ``gc.<name>.ms`` keys and
+                ``verdict`` becomes ``verdict`` (its kind) and ``verdict_pct``: the column
+                layout of :func:`trainperf.parse_log` and the CSV sink.
+        """
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "gc":
+                if flat:
+                    for stat in value:
+                        out[f"gc.{stat.name}.count"] = stat.count
+                        out[f"gc.{stat.name}.ms"] = stat.ms
+                else:
+                    out["gc"] = {s.name: {"count": s.count, "ms": s.ms} for s in value}
+            elif f.name == "verdict":
+                if flat:
+                    out["verdict"] = value.kind if value else None
+                    out["verdict_pct"] = value.share if value else None
+                else:
+                    out["verdict"] = asdict(value) if value else None
+            elif f.name == "extra":
+                if flat:
+                    out.update(value)
+                else:
+                    out["extra"] = dict(value)
+            else:
+                out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PerformanceRecord:
+        """Rebuild a record written by :meth:`to_dict` (nested form); unknown keys are ignored."""
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        gc_raw = kwargs.get("gc") or {}
+        kwargs["gc"] = tuple(
+            GCStat(name, int(v.get("count", 0)), _opt_float(v.get("ms"))) for name, v in gc_raw.items()
+        )
+        verdict = kwargs.get("verdict")
+        kwargs["verdict"] = Verdict(**verdict) if isinstance(verdict, dict) else None
+        kwargs["extra"] = dict(kwargs.get("extra") or {})
+        return cls(**kwargs)
+
+
+def _opt_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    return float(value)

@@ -1,0 +1,44 @@
+"""The live verdict: what limits a window, judged from that window's own figures."""
+
+from __future__ import annotations
+
+from ._record import Verdict
+
+__all__ = ["judge", "INPUT_BOUND_SHARE", "GC_BOUND_SHARE", "DEFAULT_FIXES"]
+
+#: Data wait at or above this share of the window's wall time makes it input-bound.
+#: TensorFlow's profiler calls a step "highly input-bound" from 20% of its time in input.
+INPUT_BOUND_SHARE = 20.0
+#: GC pauses at or above this share make a window GC-bound. The guide treats collections that
+#: cost tens of milliseconds every few seconds as noticeable; a tenth of the wall time is well past that.
+GC_BOUND_SHARE = 10.0
+
+DEFAULT_FIXES: dict[str, tuple[str, ...]] = {
+    "input-bound": (
+        "load batches in the background: DataLoader(num_workers>0, persistent_workers=True, "
+        "prefetch_factor=2..4) or trainperf.data.prefetch(loader)",
+        "pre-save decoded/augmented batches once with trainperf.data.presave() and train from "
+        "trainperf.data.load_presaved()",
+        "on CUDA, DataLoader(pin_memory=True) with .to(device, non_blocking=True)",
+    ),
+    "gc-bound": (
+        "call gc.freeze() after building the model and data so long-lived objects leave the young generations",
+        "raise the generation-0 threshold, e.g. gc.set_threshold(50_000, 50, 100)",
+        "keep fewer Python objects per step (tensors instead of lists of floats, no per-step dicts)",
+    ),
+}
+
+
+def judge(window_s: float, etl_s: float, gc_s: float) -> Verdict:
+    """Verdict for one window from its wall time and the data-wait and GC-pause seconds in it."""
+    if window_s <= 0.0:
+        return Verdict("fine", 0.0, "no time elapsed")
+    etl_share = min(100.0, 100.0 * etl_s / window_s)
+    gc_share = min(100.0, 100.0 * gc_s / window_s)
+    if etl_share >= INPUT_BOUND_SHARE and etl_share >= gc_share:
+        return Verdict("input-bound", round(etl_share, 1), f"{etl_share:.0f}% of step waiting for data")
+    if gc_share >= GC_BOUND_SHARE:
+        return Verdict("gc-bound", round(gc_share, 1), f"{gc_share:.0f}% of step in garbage collection")
+    return Verdict(
+        "fine", round(max(etl_share, gc_share), 1), f"data wait {etl_share:.0f}%, GC {gc_share:.0f}% of step"
+    )

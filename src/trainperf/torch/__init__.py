@@ -1,0 +1,9 @@
+"""The adapter for plain PyTorch loops: ``ListenerModule``, ``attach`` and ``timed``."""
+
+from ._attach import Attachment, attach, detach
+from ._batch import batch_size
+from ._cuda import CudaEventTimer
+from ._loader import TimedLoader, timed
+from ._module import ListenerModule
+
+__all__ = ["Attachment", "CudaEventTimer", "ListenerModule", "TimedLoader", "attach", "batch_size", "detach", "timed"]

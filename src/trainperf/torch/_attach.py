@@ -1,0 +1,177 @@
+"""Hooks that turn an unchanged PyTorch loop into listener calls.
+
+One iteration is one optimizer step. A forward pass (with autograd on) opens an iteration; a step
+of an optimizer that holds the model's parameters closes it. Gradient accumulation therefore
+counts every micro-batch's samples in the step that consumes them.
+
+Data wait, when the loop is not wrapped with :func:`trainperf.torch.timed`, is the host time from
+the end of one optimizer step to the start of the next forward pass: it covers ``next()`` on the
+loader, moving the batch to the device, ``zero_grad()`` and whatever else the loop does between
+the two. With ``timed(loader, model)`` it is exactly the time blocked in ``next()``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from .._listener import IterationTimer, PerformanceListener
+from ._batch import batch_size
+from ._cuda import CudaEventTimer, alloc_retries_reader
+
+__all__ = ["Attachment", "attach", "detach"]
+
+
+class Attachment:
+    """The link between one model and one listener; :meth:`detach` removes every hook it added.
+
+    Args:
+        model: the module whose forward passes open iterations.
+        listener: the listener that receives one call per optimizer step.
+        timer_factory: builds the per-iteration timer for a CUDA model (tests pass a fake);
+            by default CUDA events on CUDA and the host clock elsewhere.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        listener: PerformanceListener,
+        *,
+        timer_factory: Callable[[torch.device], IterationTimer] | None = None,
+    ) -> None:
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if not isinstance(listener, PerformanceListener):
+            raise TypeError(f"listener must be a PerformanceListener, got {listener!r}")
+        if listener.closed:
+            raise ValueError("listener is closed; create a new one")
+        self.model = model
+        self.listener = listener
+        self._timer_factory = timer_factory
+        self._clock = listener.clock
+        self._record = listener.record_iteration
+        self._open = False
+        self._started = False
+        self._step_end = 0.0
+        self._etl = 0.0
+        self._samples = 0
+        self._samples_known = True
+        self._micro = 0
+        self._score: Any = None
+        self._owned: dict[int, bool] = {}
+        self._pre_handle = model.register_forward_pre_hook(self._on_forward, with_kwargs=True)
+        self._step_handle = register_optimizer_step_post_hook(self._on_step)
+        self._detached = False
+        listener.on_close(self.detach)
+        attachments = model.__dict__.setdefault("_trainperf_attachments", [])
+        attachments.append(self)
+
+    # hot path ---------------------------------------------------------------
+    def _on_forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not torch.is_grad_enabled():
+            return None
+        if not self._open:
+            self._open = True
+            if self._started:
+                self._etl = self._clock() - self._step_end
+            else:
+                self._first_forward()
+        n = batch_size(args) if args else batch_size(kwargs)
+        if n is None:
+            self._samples_known = False
+        else:
+            self._samples += n
+        self._micro += 1
+        return None
+
+    def _on_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self._open:
+            return
+        owned = self._owned.get(id(optimizer))
+        if owned is None:
+            owned = self._learn(optimizer)
+        if not owned:
+            return
+        self._record(
+            self._samples if self._samples_known else None,
+            self._micro,
+            self._etl,
+            self._score,
+        )
+        self._open = False
+        self._samples = 0
+        self._samples_known = True
+        self._micro = 0
+        self._score = None
+        self._step_end = self._clock()
+
+    # set-up -----------------------------------------------------------------
+    def _first_forward(self) -> None:
+        self._started = True
+        param = next(self.model.parameters(), None)
+        if param is not None and param.is_cuda:
+            device = param.device
+            factory = self._timer_factory or CudaEventTimer
+            self.listener.set_timer(factory(device))
+            self.listener.device = device.index
+            name, read = alloc_retries_reader(device)
+            self.listener.add_collector(name, read)  # type: ignore[arg-type]
+        elif self._timer_factory is not None and param is not None:
+            self.listener.set_timer(self._timer_factory(param.device))
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            self.listener.rank = torch.distributed.get_rank()
+        self.listener.start()
+
+    def _learn(self, optimizer: torch.optim.Optimizer) -> bool:
+        ours = {id(p) for p in self.model.parameters()}
+        owned = any(id(p) in ours for group in optimizer.param_groups for p in group["params"])
+        key = id(optimizer)
+        self._owned[key] = owned
+        weakref.finalize(optimizer, self._owned.pop, key, None)
+        return owned
+
+    # public -----------------------------------------------------------------
+    def set_score(self, loss: Any) -> None:
+        """Remember the loss of the current step; read (``.item()``) only on report iterations."""
+        self._score = loss
+
+    def detach(self) -> None:
+        """Remove the forward and optimizer hooks (idempotent); the listener stays usable elsewhere."""
+        if self._detached:
+            return
+        self._detached = True
+        self._pre_handle.remove()
+        self._step_handle.remove()
+        attachments = self.model.__dict__.get("_trainperf_attachments", [])
+        if self in attachments:
+            attachments.remove(self)
+
+    @property
+    def detached(self) -> bool:
+        return self._detached
+
+
+def attach(
+    model: torch.nn.Module,
+    listener: PerformanceListener,
+    *,
+    timer_factory: Callable[[torch.device], IterationTimer] | None = None,
+) -> Attachment:
+    """Listen to ``model`` in an unchanged training loop; for models whose class you can't change.
+
+    Example:
+        >>> handle = trainperf.torch.attach(model, PerformanceListener(10))  # doctest: +SKIP
+        >>> ...                                    # your loop, unchanged
+        >>> handle.detach()                        # or listener.close()
+    """
+    return Attachment(model, listener, timer_factory=timer_factory)
+
+
+def detach(model: torch.nn.Module) -> None:
+    """Remove every listener attached to ``model``."""
+    for attachment in list(model.__dict__.get("_trainperf_attachments", [])):
+        attachment.detach()

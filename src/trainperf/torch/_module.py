@@ -1,0 +1,107 @@
+"""``ListenerModule``: Deeplearning4j's ``setListeners`` and ``fit`` on a ``torch.nn.Module``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from .._listener import PerformanceListener
+from ._attach import Attachment, attach, detach
+from ._loader import timed
+
+__all__ = ["ListenerModule"]
+
+
+def _to(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=True)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_to(o, device) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    return obj
+
+
+class ListenerModule:
+    """Mix into a model class to give it ``set_listeners`` and a reference ``fit`` loop.
+
+    Example:
+        >>> class Net(ListenerModule, torch.nn.Module):  # doctest: +SKIP
+        ...     ...
+        >>> model = Net()
+        >>> model.set_listeners(PerformanceListener(10, report_gc=True))
+    """
+
+    def set_listeners(self, *listeners: PerformanceListener) -> list[Attachment]:
+        """Replace this model's listeners with ``listeners`` (no argument removes them all)."""
+        self._check_module()
+        detach(self)  # type: ignore[arg-type]
+        return self.add_listeners(*listeners)
+
+    def add_listeners(self, *listeners: PerformanceListener) -> list[Attachment]:
+        """Add listeners beside those already set."""
+        self._check_module()
+        return [attach(self, listener) for listener in listeners]  # type: ignore[arg-type]
+
+    @property
+    def listeners(self) -> list[PerformanceListener]:
+        """The listeners attached to this model."""
+        return [a.listener for a in self.__dict__.get("_trainperf_attachments", [])]
+
+    def set_score(self, loss: Any) -> None:
+        """Hand the current step's loss to every listener (read on report iterations only)."""
+        for attachment in self.__dict__.get("_trainperf_attachments", []):
+            attachment.set_score(loss)
+
+    def fit(
+        self,
+        loader: Iterable[Any],
+        optimizer: torch.optim.Optimizer,
+        loss_fn: Callable[[Any, Any], torch.Tensor],
+        epochs: int = 1,
+        *,
+        device: torch.device | str | None = None,
+    ) -> None:
+        """A plain training loop: batches are ``(inputs, targets)``, one optimizer step per batch.
+
+        The data wait is the exact time blocked on ``loader``, and the loss is reported as the score.
+
+        Args:
+            loader: an iterable of ``(inputs, targets)`` batches (nested inputs are fine).
+            optimizer: the optimizer over this model's parameters.
+            loss_fn: ``loss_fn(outputs, targets)`` returns a scalar tensor.
+            epochs: passes over ``loader`` (a positive int).
+            device: where to move each batch; defaults to the device of the model's parameters.
+        """
+        self._check_module()
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"epochs must be a positive int, got {epochs!r}")
+        if not callable(loss_fn):
+            raise TypeError(f"loss_fn must be callable, got {loss_fn!r}")
+        module: torch.nn.Module = self  # type: ignore[assignment]
+        if device is None:
+            param = next(module.parameters(), None)
+            target = param.device if param is not None else torch.device("cpu")
+        else:
+            target = torch.device(device)
+        module.train()
+        listeners = self.listeners
+        source = timed(loader, *listeners) if listeners else loader
+        for epoch in range(epochs):
+            for listener in listeners:
+                listener.epoch = epoch
+            for batch in source:
+                inputs, targets = _to(batch[0], target), _to(batch[1], target)
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(module(inputs), targets)
+                loss.backward()
+                self.set_score(loss.detach())
+                optimizer.step()
+        for listener in listeners:
+            listener.flush()
+
+    def _check_module(self) -> None:
+        if not isinstance(self, torch.nn.Module):
+            raise TypeError(f"{type(self).__name__} must also subclass torch.nn.Module to use ListenerModule")

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import pytest
+
+from trainperf import GCStat, PerformanceRecord, Verdict, format_line
+from trainperf._format import format_number
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [(0.0, "0"), (21.34, "21.3"), (0.0412, "0.0412"), (1285.14, "1285.1"), (5.0, "5"), (float("nan"), "NaN"),
+     (float("inf"), "Infinity"), (0.41, "0.41"), (2.345, "2.35")],
+)
+def test_format_number_keeps_sub_millisecond_precision(value, text):
+    assert format_number(value) == text
+
+
+def test_line_follows_deeplearning4j_order_then_extras():
+    rec = PerformanceRecord(
+        iteration=10, window_iterations=10, window_s=0.25, warmup=False, timestamp=0.0,
+        etl_ms=21.3, etl_max_ms=30.0, iteration_ms=24.9, iteration_p50_ms=24.0, iteration_p95_ms=29.0,
+        iteration_max_ms=31.0, samples_per_sec=1285.1, batches_per_sec=40.2, score=0.72,
+        gc=(GCStat("gen0", 3, 0.41), GCStat("gen1", 0, 0.0)), epoch=1,
+        verdict=Verdict("input-bound", 63.0, "63% of step waiting for data"),
+    )
+    assert format_line(rec) == (
+        "ETL: 21.3 ms; iteration 10; iteration time: 24.9 ms; samples/sec: 1285.1; batches/sec: 40.2; "
+        "score: 0.72; GC: [gen0: 3 (0.41ms)], [gen1: 0 (0ms)]; iteration p50: 24 ms; p95: 29 ms; max: 31 ms; "
+        "ETL max: 30 ms; epoch: 1; verdict: input-bound (63% of step waiting for data);"
+    )
+
+
+def test_line_leaves_out_what_was_not_reported():
+    rec = PerformanceRecord(iteration=3, window_iterations=3, window_s=0.1, warmup=True, timestamp=0.0)
+    assert format_line(rec) == "iteration 3; warm-up;"

@@ -1,0 +1,299 @@
+from __future__ import annotations
+
+import gc
+import math
+import warnings
+
+import pytest
+
+from trainperf import BottleneckWarning, MemorySink, PerformanceListener
+
+
+def make(clock, frequency=3, **kw):
+    sink = MemorySink()
+    kw.setdefault("verdict", False)
+    return PerformanceListener(frequency, sinks=[sink], clock=clock, wall_clock=lambda: 1234.5, **kw), sink
+
+
+def run(listener, clock, durations, *, samples=32, etl=0.0, score=None):
+    out = []
+    for d in durations:
+        clock.advance(d)
+        rec = listener.record_iteration(samples=samples, etl=etl, score=score)
+        if rec is not None:
+            out.append(rec)
+    return out
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "10", True, None])
+def test_frequency_must_be_positive_int_and_error_names_it(bad):
+    with pytest.raises(ValueError, match=r"frequency must be a positive int, got " + repr(bad).replace("(", r"\(")):
+        PerformanceListener(bad)
+
+
+def test_unknown_option_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="report_foo"):
+        PerformanceListener(10, report_foo=True)  # type: ignore[call-arg]
+
+
+def test_option_must_be_bool():
+    with pytest.raises(TypeError, match="report_gc must be a bool, got 'yes'"):
+        PerformanceListener(10, report_gc="yes")  # type: ignore[arg-type]
+
+
+def test_sink_must_be_callable():
+    with pytest.raises(TypeError, match="sinks must be callables"):
+        PerformanceListener(10, sinks=[42])  # type: ignore[list-item]
+
+
+def test_reports_once_every_frequency_iterations(clock):
+    listener, sink = make(clock, 3)
+    reports = run(listener, clock, [0.01] * 10)
+    assert [r.iteration for r in reports] == [3, 6, 9]
+    assert [r.window_iterations for r in reports] == [3, 3, 3]
+    assert len(sink) == 3
+
+
+def test_window_statistics_are_exact(clock):
+    listener, _ = make(clock, 5)
+    listener.start()
+    (rec,) = run(listener, clock, [0.010, 0.020, 0.030, 0.040, 0.100], samples=10)
+    assert rec.iteration_ms == pytest.approx(40.0)
+    assert rec.iteration_p50_ms == pytest.approx(30.0)
+    assert rec.iteration_p95_ms == pytest.approx(40 + 0.8 * 60)  # numpy's linear method
+    assert rec.iteration_max_ms == pytest.approx(100.0)
+    assert rec.window_s == pytest.approx(0.2)
+    assert rec.samples_per_sec == pytest.approx(50 / 0.2)
+    assert rec.batches_per_sec == pytest.approx(5 / 0.2)
+    assert rec.timestamp == 1234.5
+
+
+def test_throughput_covers_the_whole_window_not_the_last_iteration(clock):
+    listener, _ = make(clock, 2)
+    listener.start()
+    (rec,) = run(listener, clock, [0.3, 0.1], samples=10)
+    assert rec.samples_per_sec == pytest.approx(20 / 0.4)  # not 10 / 0.1
+
+
+def test_etl_mean_and_max(clock):
+    listener, _ = make(clock, 2)
+    clock.advance(0.1)
+    listener.record_iteration(samples=1, etl=0.002)
+    clock.advance(0.1)
+    rec = listener.record_iteration(samples=1, etl=0.006)
+    assert rec.etl_ms == pytest.approx(4.0)
+    assert rec.etl_max_ms == pytest.approx(6.0)
+    assert rec.etl_total_ms == pytest.approx(8.0)
+
+
+def test_explicit_etl_from_a_loader_wrapper_replaces_the_gap(clock):
+    listener, _ = make(clock, 1)
+    listener.add_etl(0.004)
+    listener.add_etl(0.001)
+    clock.advance(0.01)
+    rec = listener.record_iteration(samples=1, etl=0.5)
+    assert rec.etl_ms == pytest.approx(5.0)
+    clock.advance(0.01)
+    rec = listener.record_iteration(samples=1, etl=0.002)
+    assert rec.etl_ms == pytest.approx(2.0), "without add_etl in this iteration the gap is used again"
+
+
+def test_first_window_is_warmup_only(clock):
+    listener, _ = make(clock, 2)
+    reports = run(listener, clock, [0.01] * 6)
+    assert [r.warmup for r in reports] == [True, False, False]
+
+
+def test_zero_elapsed_time_never_divides_by_zero(clock):
+    listener, _ = make(clock, 2)
+    reports = run(listener, clock, [0.0, 0.0])
+    rec = reports[0]
+    assert rec.samples_per_sec is None and rec.batches_per_sec is None
+    for value in rec.to_dict(flat=True).values():
+        if isinstance(value, float):
+            assert not math.isinf(value)
+
+
+class CountingScore:
+    def __init__(self, value):
+        self.value = value
+        self.reads = 0
+
+    def __float__(self):
+        self.reads += 1
+        return self.value
+
+
+def test_score_is_read_only_on_report_iterations(clock):
+    listener, _ = make(clock, 4, report_score=True)
+    score = CountingScore(0.5)
+    reports = run(listener, clock, [0.01] * 8, score=score)
+    assert score.reads == 2
+    assert [r.score for r in reports] == [0.5, 0.5]
+
+
+def test_nan_and_inf_loss_are_reported_as_such(clock):
+    listener, _ = make(clock, 1, report_score=True)
+    (nan,) = run(listener, clock, [0.01], score=float("nan"))
+    (inf,) = run(listener, clock, [0.01], score=float("inf"))
+    assert math.isnan(nan.score)
+    assert inf.score == math.inf
+
+
+def test_score_left_out_unless_asked(clock):
+    listener, _ = make(clock, 1)
+    (rec,) = run(listener, clock, [0.01], score=0.3)
+    assert rec.score is None
+
+
+def test_unknown_batch_size_warns_once_and_omits_samples(clock):
+    listener, _ = make(clock, 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            clock.advance(0.01)
+            rec = listener.record_iteration(samples=None)
+    assert rec.samples_per_sec is None
+    assert rec.batches_per_sec == pytest.approx(100.0)
+    assert sum("batch size" in str(w.message) for w in caught) == 1
+
+
+def test_report_flags_leave_fields_out(clock):
+    listener, _ = make(
+        clock, 1, report_etl=False, report_iteration=False, report_time=False, report_sample=False, report_batch=False
+    )
+    (rec,) = run(listener, clock, [0.01])
+    assert rec.etl_ms is None and rec.iteration_ms is None and rec.iteration_p95_ms is None
+    assert rec.samples_per_sec is None and rec.batches_per_sec is None
+
+
+def test_exclude_removes_paused_time_from_the_window(clock):
+    listener, _ = make(clock, 2)
+    listener.start()
+    clock.advance(0.01)
+    listener.record_iteration(samples=1)
+    clock.advance(5.0)  # validation
+    listener.exclude(5.0)
+    clock.advance(0.01)
+    rec = listener.record_iteration(samples=1)
+    assert rec.window_s == pytest.approx(0.02)
+    assert rec.iteration_max_ms == pytest.approx(10.0)
+
+
+def test_flush_reports_a_partial_window(clock):
+    listener, sink = make(clock, 10)
+    run(listener, clock, [0.01] * 3)
+    rec = listener.flush()
+    assert rec is not None and rec.window_iterations == 3
+    assert listener.flush() is None
+
+
+def test_gc_generations_counted_from_gc_callbacks(clock):
+    listener, _ = make(clock, 1, report_gc=True)
+    listener.start()
+    gc.collect(0)
+    gc.collect(2)
+    clock.advance(0.01)
+    rec = listener.record_iteration(samples=1)
+    stats = {s.name: s for s in rec.gc}
+    assert set(stats) == {"gen0", "gen1", "gen2"}
+    assert stats["gen0"].count >= 1 and stats["gen2"].count >= 1
+    clock.advance(0.01)
+    rec = listener.record_iteration(samples=1)
+    assert {s.name: s.count for s in rec.gc}["gen2"] == 0, "GC figures are deltas per window"
+    listener.close()
+
+
+def test_close_removes_the_gc_callback_and_is_idempotent():
+    before = len(gc.callbacks)
+    listener = PerformanceListener(1, report_gc=True, sinks=[])
+    assert len(gc.callbacks) == before + 1
+    listener.close()
+    listener.close()
+    assert len(gc.callbacks) == before
+
+
+def test_extra_collector_reports_deltas(clock):
+    listener, _ = make(clock, 1)
+    total = [5]
+    listener.add_collector("cuda_alloc_retries", lambda: (total[0], None))
+    listener.start()
+    total[0] = 7
+    (rec,) = run(listener, clock, [0.01])
+    assert [(s.name, s.count, s.ms) for s in rec.gc] == [("cuda_alloc_retries", 2, None)]
+
+
+class FakeTimer:
+    def __init__(self):
+        self.marks = self.syncs = self.starts = 0
+        self.pending = []
+
+    def start(self):
+        self.starts += 1
+
+    def mark(self):
+        self.marks += 1
+        self.pending.append(0.005)
+
+    def synchronize(self):
+        self.syncs += 1
+
+    def durations(self):
+        out, self.pending = self.pending, []
+        return out
+
+
+def test_device_timer_synchronises_only_on_reports_and_gives_durations(clock):
+    listener, _ = make(clock, 5)
+    timer = FakeTimer()
+    listener.set_timer(timer)
+    reports = run(listener, clock, [0.001] * 10)
+    assert timer.marks == 10
+    assert timer.syncs == 2
+    assert reports[-1].iteration_ms == pytest.approx(5.0)
+
+
+def test_verdict_marks_input_bound_and_warns_once(clock):
+    listener, _ = make(clock, 2, verdict=True)
+    run(listener, clock, [0.01] * 2, etl=0.008)  # warm-up window: no warning
+    with pytest.warns(BottleneckWarning, match="input-bound") as caught:
+        reports = run(listener, clock, [0.01] * 6, etl=0.008)
+    assert len(caught) == 1
+    assert reports[0].verdict.kind == "input-bound"
+    assert reports[0].verdict.share == pytest.approx(80.0)
+
+
+def test_summary_splits_time_and_recommends(clock):
+    listener, _ = make(clock, 2, verdict=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run(listener, clock, [0.01] * 6, etl=0.005)
+    summary = listener.summary()
+    assert summary.iterations == 4  # warm-up left out
+    assert summary.wall_s == pytest.approx(0.04)
+    assert summary.data_wait_pct == pytest.approx(50.0)
+    assert summary.compute_pct == pytest.approx(50.0)
+    assert any("num_workers" in r for r in summary.recommendations)
+    assert "data wait" in str(summary)
+
+
+def test_context_manager_closes_sinks(clock):
+    closed = []
+
+    class Closing:
+        def __call__(self, record):
+            pass
+
+        def close(self):
+            closed.append(True)
+
+    with PerformanceListener(1, sinks=[Closing()], clock=clock):
+        pass
+    assert closed == [True]
+
+
+def test_history_is_bounded():
+    listener = PerformanceListener(1, sinks=[], history=3)
+    for _ in range(10):
+        listener.record_iteration(samples=1)
+    assert [r.iteration for r in listener.history] == [8, 9, 10]

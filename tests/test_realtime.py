@@ -1,0 +1,101 @@
+"""Real clocks, real sleeps: the figures agree with what the loop really did."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+import torch
+
+from trainperf import PerformanceListener
+from trainperf.torch import ListenerModule, timed
+
+pytestmark = pytest.mark.realtime
+
+
+class SleepyDataset(torch.utils.data.Dataset):
+    def __init__(self, n, batch, delay):
+        self.n, self.batch, self.delay = n, batch, delay
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(self.delay)
+        return torch.randn(self.batch, 16), torch.randint(0, 4, (self.batch,))
+
+
+class Net(ListenerModule, torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def sleepy_loader(n=25):
+    return torch.utils.data.DataLoader(SleepyDataset(n, 16, 0.020), batch_size=None)
+
+
+def etls(listener):
+    return [r.etl_ms for r in listener.history if not r.warmup]
+
+
+def test_loader_sleeping_20ms_reads_20ms_through_timed():
+    model = Net()
+    lst = PerformanceListener(5, sinks=[], verdict=False)
+    model.set_listeners(lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in timed(sleepy_loader(), model):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    mean = statistics.mean(etls(lst))
+    assert 18.0 <= mean <= 22.0, etls(lst)
+
+
+def test_loader_sleeping_20ms_reads_20ms_in_an_unchanged_loop():
+    model = Net()
+    lst = PerformanceListener(5, sinks=[], verdict=False)
+    model.set_listeners(lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in sleepy_loader():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    mean = statistics.mean(etls(lst))
+    assert 18.0 <= mean <= 22.0, etls(lst)
+
+
+def test_fit_with_sleepy_loader_reads_20ms_and_real_iteration_time():
+    model = Net()
+    lst = PerformanceListener(5, sinks=[], verdict=False)
+    model.set_listeners(lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    started = time.perf_counter()
+    model.fit(sleepy_loader(), opt, torch.nn.functional.cross_entropy)
+    elapsed = time.perf_counter() - started
+    assert 18.0 <= statistics.mean(etls(lst)) <= 22.0
+    recs = [r for r in lst.history if not r.warmup]
+    assert all(r.iteration_ms >= r.etl_ms for r in recs)
+    # the windows add up to the loop's wall time (minus the warm-up window and set-up)
+    assert sum(r.window_s for r in lst.history) == pytest.approx(elapsed, rel=0.1)
+
+
+def test_gc_pause_time_is_measured_not_estimated():
+    lst = PerformanceListener(1, sinks=[], report_gc=True, verdict=False)
+    lst.start()
+    junk = [[{} for _ in range(50)] for _ in range(20000)]
+    import gc
+
+    started = time.perf_counter()
+    gc.collect()
+    pause_ms = 1000 * (time.perf_counter() - started)
+    rec = lst.record_iteration(samples=1)
+    del junk
+    gen2 = {s.name: s for s in rec.gc}["gen2"]
+    assert gen2.count >= 1
+    assert 0.5 * pause_ms <= gen2.ms <= 1.05 * pause_ms
+    lst.close()

@@ -1,0 +1,266 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch.optim import optimizer as optim_module
+
+from trainperf import MemorySink, PerformanceListener
+from trainperf.torch import ListenerModule, attach, batch_size, detach, timed
+
+
+class Net(ListenerModule, torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def listener(frequency=1, **kw):
+    kw.setdefault("verdict", False)
+    return PerformanceListener(frequency, sinks=[], **kw)
+
+
+def data(n=6, batch=8):
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(batch, 4, generator=g), torch.randint(0, 2, (batch,), generator=g)) for _ in range(n)]
+
+
+def step(model, opt, x, y):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def test_unchanged_loop_reports_one_iteration_per_optimizer_step():
+    model = Net()
+    lst = listener(2)
+    model.set_listeners(lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in data(6):
+        step(model, opt, x, y)
+    assert [r.iteration for r in lst.history] == [2, 4, 6]
+    assert all(r.samples == 16 and r.batches == 2 for r in lst.history)
+
+
+def test_gradient_accumulation_counts_every_micro_batch():
+    model = Net()
+    lst = listener(1)
+    model.set_listeners(lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = data(8, batch=5)
+    for i in range(0, 8, 4):
+        opt.zero_grad()
+        for x, y in batches[i : i + 4]:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    assert [(r.iteration, r.samples, r.batches) for r in lst.history] == [(1, 20, 4), (2, 20, 4)]
+
+
+def test_forward_without_grad_and_foreign_optimizers_are_ignored():
+    model, other = Net(), torch.nn.Linear(4, 2)
+    lst = listener(1)
+    model.set_listeners(lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    other_opt = torch.optim.SGD(other.parameters(), lr=0.1)
+    x, y = data(1)[0]
+    with torch.no_grad():
+        model(x)
+    other_opt.step()
+    assert lst.iteration == 0
+    step(model, opt, x, y)
+    other(x).sum().backward()
+    other_opt.step()
+    assert lst.iteration == 1
+
+
+def test_unchanged_loop_etl_is_the_gap_before_the_next_forward():
+    model = Net()
+    lst = listener(1)
+    model.set_listeners(lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = data(4)
+    step(model, opt, *batches[0])
+    for x, y in batches[1:]:
+        time.sleep(0.01)
+        step(model, opt, x, y)
+    etls = [r.etl_ms for r in lst.history[1:]]
+    assert all(9.5 <= e <= 30 for e in etls), etls
+
+
+def test_fit_reports_score_epochs_and_exact_loader_wait():
+    model = Net()
+    lst = listener(3, report_score=True)
+    model.set_listeners(lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.fit(data(6), opt, torch.nn.functional.cross_entropy, epochs=2)
+    recs = list(lst.history)
+    assert [r.iteration for r in recs] == [3, 6, 9, 12]
+    assert [r.epoch for r in recs] == [0, 0, 1, 1]
+    assert all(isinstance(r.score, float) and 0 < r.score < 5 for r in recs)
+    assert all(r.samples_per_sec and r.samples_per_sec > 0 for r in recs)
+
+
+def test_fit_validates_arguments():
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="epochs must be a positive int, got 0"):
+        model.fit(data(1), opt, torch.nn.functional.cross_entropy, epochs=0)
+    with pytest.raises(TypeError, match="loss_fn must be callable"):
+        model.fit(data(1), opt, "mse")  # type: ignore[arg-type]
+
+
+def test_attach_works_on_a_model_whose_class_cannot_change():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2))
+    lst = listener(1)
+    handle = attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in data(3):
+        step(model, opt, x, y)
+    assert lst.iteration == 3
+    handle.detach()
+    step(model, opt, *data(1)[0])
+    assert lst.iteration == 3
+
+
+def test_attach_rejects_bad_arguments():
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got str"):
+        attach("model", listener())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="listener must be a PerformanceListener"):
+        attach(Net(), object())  # type: ignore[arg-type]
+
+
+def test_close_removes_every_hook():
+    model = Net()
+    pre_hooks = len(model._forward_pre_hooks)
+    step_hooks = len(optim_module._global_optimizer_post_hooks)
+    lst = listener(1, report_gc=True)
+    model.set_listeners(lst)
+    assert len(model._forward_pre_hooks) == pre_hooks + 1
+    assert len(optim_module._global_optimizer_post_hooks) == step_hooks + 1
+    lst.close()
+    assert len(model._forward_pre_hooks) == pre_hooks
+    assert len(optim_module._global_optimizer_post_hooks) == step_hooks
+    assert model.listeners == []
+
+
+def test_two_listeners_on_one_model_both_report():
+    model = Net()
+    a, b = listener(1), listener(2)
+    model.set_listeners(a, b)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in data(4):
+        step(model, opt, x, y)
+    assert len(a.history) == 4 and len(b.history) == 2
+    model.set_listeners()
+    assert model.listeners == []
+
+
+def test_set_listeners_requires_a_module():
+    class NotAModule(ListenerModule):
+        pass
+
+    with pytest.raises(TypeError, match="must also subclass torch.nn.Module"):
+        NotAModule().set_listeners(listener())
+
+
+@pytest.mark.parametrize(
+    "batch, expected",
+    [
+        (torch.zeros(7, 3), 7),
+        ((torch.zeros(5, 2), torch.zeros(5)), 5),
+        ({"input_ids": torch.zeros(3, 9, dtype=torch.long)}, 3),
+        ([[{"x": torch.zeros(2, 2)}]], 2),
+        ((1, "text", torch.zeros(4)), 4),
+        (torch.tensor(1.0), None),
+        ("no tensors", None),
+    ],
+)
+def test_batch_size_found_in_nested_inputs(batch, expected):
+    assert batch_size(batch) == expected
+
+
+def test_unknown_batch_size_omits_samples_with_one_warning():
+    class DictNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 2)
+
+        def forward(self, scale):
+            return self.fc(torch.ones(3, 4)) * scale
+
+    model = DictNet()
+    lst = listener(1)
+    attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.warns(RuntimeWarning, match="batch size") as caught:
+        for _ in range(3):
+            opt.zero_grad()
+            model(2.0).sum().backward()
+            opt.step()
+    assert len([w for w in caught if "batch size" in str(w.message)]) == 1
+    assert all(r.samples_per_sec is None for r in lst.history)
+
+
+class FakeTimer:
+    def __init__(self, device):
+        self.syncs_at = []
+        self.marks = 0
+        self.n = 0
+
+    def start(self):
+        pass
+
+    def mark(self):
+        self.marks += 1
+
+    def synchronize(self):
+        self.syncs_at.append(self.marks)
+
+    def durations(self):
+        return [0.002] * 5
+
+
+class CountingLoss(torch.Tensor):
+    reads = 0
+
+    def __float__(self):
+        CountingLoss.reads += 1
+        return super().__float__()
+
+
+def test_device_path_synchronises_and_reads_score_only_on_reports():
+    """A fake device timer stands in for CUDA events: synchronisation happens once per report."""
+    model = Net()
+    timers = []
+    lst = listener(5, report_score=True)
+    attach(model, lst, timer_factory=lambda dev: timers.append(FakeTimer(dev)) or timers[-1])
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    CountingLoss.reads = 0
+    for x, y in data(10):
+        loss = step(model, opt, x, y)
+        model.set_score(loss.detach().as_subclass(CountingLoss))
+    (timer,) = timers
+    assert timer.marks == 10
+    assert timer.syncs_at == [5, 10]
+    assert [r.iteration_ms for r in lst.history] == [pytest.approx(2.0)] * 2
+
+
+def test_timed_needs_a_target_and_keeps_len():
+    with pytest.raises(ValueError, match="targets"):
+        timed([1, 2])
+    with pytest.raises(TypeError, match="targets must be PerformanceListener"):
+        timed([1, 2], object())
+    assert len(timed([1, 2, 3], listener())) == 3
+
+
+def test_timed_loader_advises_on_num_workers():
+    lst = listener(1)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(4, 4)), batch_size=2)
+    timed(loader, lst)
+    assert any("num_workers=0" in fix for fix in lst.fixes_for("input-bound"))
