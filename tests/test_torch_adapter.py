@@ -137,16 +137,65 @@ def test_attach_rejects_bad_arguments():
 
 def test_close_removes_every_hook():
     model = Net()
-    pre_hooks = len(model._forward_pre_hooks)
     step_hooks = len(optim_module._global_optimizer_post_hooks)
     lst = listener(1, report_gc=True)
     model.set_listeners(lst)
-    assert len(model._forward_pre_hooks) == pre_hooks + 1
+    assert "forward" in model.__dict__
     assert len(optim_module._global_optimizer_post_hooks) == step_hooks + 1
     lst.close()
-    assert len(model._forward_pre_hooks) == pre_hooks
+    assert "forward" not in model.__dict__, "the model's own forward is back"
     assert len(optim_module._global_optimizer_post_hooks) == step_hooks
     assert model.listeners == []
+
+
+def test_listening_uses_no_module_hooks_so_torch_keeps_its_fast_path():
+    model = Net()
+    model.set_listeners(listener(1))
+    assert not model._forward_pre_hooks and not model._forward_hooks
+
+
+def test_detach_in_any_order_keeps_the_other_listener_and_a_custom_forward():
+    model = Net()
+    custom = lambda x: model.fc(x) * 2  # noqa: E731 - an instance-level forward set by someone else
+    model.forward = custom
+    a, b = listener(1), listener(1)
+    model.set_listeners(a, b)
+    a.close()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step(model, opt, *data(1)[0])
+    assert a.iteration == 0 and b.iteration == 1
+    b.close()
+    assert model.__dict__["forward"] is custom
+
+
+def test_deepcopy_and_pickle_of_a_listened_model_carry_no_listener():
+    import copy
+    import io
+
+    model = Net()
+    lst = listener(1)
+    model.set_listeners(lst)
+    clone = copy.deepcopy(model)
+    assert clone.listeners == []
+    x = torch.randn(3, 4)
+    assert torch.equal(clone(x), model(x))
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert loaded.listeners == []
+    assert torch.equal(loaded(x), model(x))
+    opt = torch.optim.SGD(clone.parameters(), lr=0.1)
+    step(clone, opt, x, torch.zeros(3, dtype=torch.long))
+    assert lst.iteration == 0, "the copy's steps are not counted by the original's listener"
+
+
+def test_signature_of_a_listened_forward_is_the_real_one():
+    import inspect
+
+    model = Net()
+    model.set_listeners(listener(1))
+    assert list(inspect.signature(model.forward).parameters) == ["x"]
 
 
 def test_two_listeners_on_one_model_both_report():

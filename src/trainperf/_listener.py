@@ -230,76 +230,88 @@ class PerformanceListener:
         batches: int = 1,
         etl: float = 0.0,
         score: Any = None,
+        started: float | None = None,
     ) -> PerformanceRecord | None:
         """One iteration (optimizer step) ended now.
 
         Args:
             samples: samples in the iteration (all micro-batches); ``None`` when unknown.
             batches: data batches consumed by the iteration.
-            etl: seconds the iteration waited for data (ignored after :meth:`add_etl`).
+            etl: seconds the iteration waited for data.
             score: the loss, any object ``float()`` accepts (a tensor is fine); read on report only.
+            started: alternatively to ``etl``, the clock time at which the iteration's compute
+                started; its data wait is then the time since the previous iteration ended.
+                Both are ignored for an iteration during which :meth:`add_etl` was called.
 
         Returns:
             The record when this iteration closed a window, else ``None``.
         """
-        count = self._count + 1
-        self._count = count
         if self._explicit_etl:
             etl = self._pending_etl
+            started = None
             self._pending_etl = 0.0
             self._explicit_etl = False
-        self._etls.append(etl)
-        if samples is None:
-            self._samples_missing = True
-        else:
-            self._samples += samples
-        self._batches += batches
         if score is not None:
             self._score = score
         if self._timer is not None:
             self._timer.mark()
+        count = self._count + 1
+        self._count = count
         if count < self._next_report:
-            self._ends.append(self._clock())
+            self._window.append((self._clock(), etl, started, samples, batches))
             return None
-        return self._report()
+        return self._report(etl, started, samples, batches)
 
     def exclude(self, seconds: float) -> None:
         """Leave ``seconds`` that just passed (validation, checkpointing) out of the current window."""
         if seconds <= 0:
             return
         self._window_start += seconds
-        self._ends = [t + seconds for t in self._ends]
+        self._window = [(t + seconds, e, None if st is None else st + seconds, s, b) for t, e, st, s, b in self._window]
 
     # ------------------------------------------------------------------ reporting
     def _reset_window(self, now: float, *, first: bool) -> None:
         self._window_start = now
-        self._ends: list[float] = []
-        self._etls: list[float] = []
-        self._samples = 0
-        self._samples_missing = False
-        self._batches = 0
+        # One tuple per iteration: (end time, data wait, compute start or None, samples or None, batches).
+        self._window: list[tuple[float, float, float | None, int | None, int]] = []
         self._score: Any = None
         self._next_report = self._count + self.frequency
         self._warmup = first
 
-    def _report(self) -> PerformanceRecord:
+    def _report(
+        self,
+        etl: float,
+        started: float | None,
+        samples_now: int | None,
+        batches_now: int,
+        *,
+        end: float | None = None,
+    ) -> PerformanceRecord:
         timer = self._timer
         if timer is not None:
             timer.synchronize()
-        now = self._clock()
-        self._ends.append(now)
+        now = self._clock() if end is None else end
+        window = self._window
+        window.append((now, etl, started, samples_now, batches_now))
         window_s = now - self._window_start
-        n = len(self._etls)
-        if timer is not None:
-            durations = timer.durations()[-n:] or [window_s / n]
-        else:
-            durations, prev = [], self._window_start
-            for end in self._ends:
-                durations.append(end - prev)
-                prev = end
+        n = len(window)
+        etls: list[float] = []
+        host_durations: list[float] = []
+        prev = self._window_start
+        for w_end, w_etl, w_started, _, _ in window:
+            etls.append(w_etl if w_started is None else max(0.0, w_started - prev))
+            host_durations.append(w_end - prev)
+            prev = w_end
+        durations = (timer.durations()[-n:] or host_durations) if timer is not None else host_durations
         durations.sort()
-        etl_s = sum(self._etls)
-        samples: int | None = None if self._samples_missing else self._samples
+        etl_s = sum(etls)
+        batches = sum(w[4] for w in window)
+        samples: int | None = 0
+        for w in window:
+            if w[3] is None:
+                samples = None
+                break
+            samples += w[3]  # type: ignore[operator]
         if samples is None and not self._samples_warned and self.report_sample:
             self._samples_warned = True
             warnings.warn(
@@ -316,13 +328,13 @@ class PerformanceListener:
             warmup=self._warmup,
             timestamp=self._wall_clock(),
             etl_ms=1000.0 * etl_s / n if self.report_etl else None,
-            etl_max_ms=1000.0 * max(self._etls) if self.report_etl else None,
+            etl_max_ms=1000.0 * max(etls) if self.report_etl else None,
             iteration_ms=1000.0 * sum(durations) / n if self.report_time else None,
             iteration_p50_ms=1000.0 * percentile(durations, 50) if self.report_iteration else None,
             iteration_p95_ms=1000.0 * percentile(durations, 95) if self.report_iteration else None,
             iteration_max_ms=1000.0 * durations[-1] if self.report_iteration else None,
             samples_per_sec=safe_rate(samples, window_s) if self.report_sample and samples is not None else None,
-            batches_per_sec=safe_rate(self._batches, window_s) if self.report_batch else None,
+            batches_per_sec=safe_rate(batches, window_s) if self.report_batch else None,
             score=self._read_score() if self.report_score else None,
             gc=gc_stats,
             epoch=self.epoch,
@@ -332,7 +344,7 @@ class PerformanceListener:
             device=self.device,
             verdict=verdict,
             samples=samples,
-            batches=self._batches,
+            batches=batches,
             etl_total_ms=1000.0 * etl_s,
             gc_total_ms=1000.0 * gc_s if self._gc is not None else None,
         )
@@ -419,8 +431,9 @@ class PerformanceListener:
     # ------------------------------------------------------------------ teardown
     def flush(self) -> PerformanceRecord | None:
         """Report the iterations since the last report now, if there are any (end of training)."""
-        if self._etls and not self._closed:
-            return self._report()
+        if self._window and not self._closed:
+            end, etl, started, samples, batches = self._window.pop()
+            return self._report(etl, started, samples, batches, end=end)
         return None
 
     def close(self) -> None:

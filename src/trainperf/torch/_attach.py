@@ -17,11 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import Tensor, is_grad_enabled
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .._listener import IterationTimer, PerformanceListener
 from ._batch import batch_size
 from ._cuda import CudaEventTimer, alloc_retries_reader
+from ._tap import AttachmentList, tap_of, untap
 
 __all__ = ["Attachment", "attach", "detach"]
 
@@ -56,58 +58,43 @@ class Attachment:
         self._record = listener.record_iteration
         self._open = False
         self._started = False
-        self._step_end = 0.0
-        self._etl = 0.0
-        self._samples = 0
-        self._samples_known = True
+        self._start = 0.0
+        self._samples: int | None = 0
         self._micro = 0
-        self._score: Any = None
         self._owned: dict[int, bool] = {}
-        self._pre_handle = model.register_forward_pre_hook(self._on_forward, with_kwargs=True)
+        self._last_owned: torch.optim.Optimizer | None = None  # the one optimizer checked by identity
+        tap_of(model).callbacks.append(self._on_forward)
         self._step_handle = register_optimizer_step_post_hook(self._on_step)
         self._detached = False
         listener.on_close(self.detach)
-        attachments = model.__dict__.setdefault("_trainperf_attachments", [])
+        attachments = model.__dict__.setdefault("_trainperf_attachments", AttachmentList())
         attachments.append(self)
 
     # hot path ---------------------------------------------------------------
-    def _on_forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not torch.is_grad_enabled():
+    def _on_forward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not is_grad_enabled():
             return None
-        if not self._open:
-            self._open = True
-            if self._started:
-                self._etl = self._clock() - self._step_end
-            else:
-                self._first_forward()
-        n = batch_size(args) if args else batch_size(kwargs)
-        if n is None:
-            self._samples_known = False
+        first = args[0] if args else None
+        if type(first) is Tensor and first.ndim:  # the common case, without the general search
+            n: int | None = first.shape[0]
         else:
-            self._samples += n
-        self._micro += 1
+            n = batch_size(args) if args else batch_size(kwargs)
+        if self._open:  # another micro-batch of the same optimizer step
+            self._micro += 1
+            self._samples = None if n is None or self._samples is None else self._samples + n
+            return None
+        self._open = True
+        self._samples = n
+        self._micro = 1
+        self._start = self._clock()
+        if not self._started:
+            self._first_forward()
         return None
 
     def _on_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self._open:
-            return
-        owned = self._owned.get(id(optimizer))
-        if owned is None:
-            owned = self._learn(optimizer)
-        if not owned:
-            return
-        self._record(
-            self._samples if self._samples_known else None,
-            self._micro,
-            self._etl,
-            self._score,
-        )
-        self._open = False
-        self._samples = 0
-        self._samples_known = True
-        self._micro = 0
-        self._score = None
-        self._step_end = self._clock()
+        if self._open and (optimizer is self._last_owned or self._owns(optimizer)):
+            self._open = False
+            self._record(self._samples, self._micro, 0.0, None, self._start)
 
     # set-up -----------------------------------------------------------------
     def _first_forward(self) -> None:
@@ -125,27 +112,33 @@ class Attachment:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             self.listener.rank = torch.distributed.get_rank()
         self.listener.start()
+        self._start = self.listener.clock()
 
-    def _learn(self, optimizer: torch.optim.Optimizer) -> bool:
-        ours = {id(p) for p in self.model.parameters()}
-        owned = any(id(p) in ours for group in optimizer.param_groups for p in group["params"])
+    def _owns(self, optimizer: torch.optim.Optimizer) -> bool:
         key = id(optimizer)
-        self._owned[key] = owned
-        weakref.finalize(optimizer, self._owned.pop, key, None)
+        owned = self._owned.get(key)
+        if owned is None:
+            ours = {id(p) for p in self.model.parameters()}
+            owned = any(id(p) in ours for group in optimizer.param_groups for p in group["params"])
+            self._owned[key] = owned
+            weakref.finalize(optimizer, self._owned.pop, key, None)
+        if owned:
+            self._last_owned = optimizer
         return owned
 
     # public -----------------------------------------------------------------
     def set_score(self, loss: Any) -> None:
         """Remember the loss of the current step; read (``.item()``) only on report iterations."""
-        self._score = loss
+        self.listener.set_score(loss)
 
     def detach(self) -> None:
         """Remove the forward and optimizer hooks (idempotent); the listener stays usable elsewhere."""
         if self._detached:
             return
         self._detached = True
-        self._pre_handle.remove()
+        untap(self.model, self._on_forward)
         self._step_handle.remove()
+        self._last_owned = None
         attachments = self.model.__dict__.get("_trainperf_attachments", [])
         if self in attachments:
             attachments.remove(self)

@@ -1,0 +1,85 @@
+"""A per-model forward tap: cheaper than a forward pre-hook, and invisible to copies and pickles.
+
+Registering any forward hook sends every call of a module down ``torch.nn.Module``'s slow dispatch
+path (about 2 us per call on a small CPU). Instead, the tap is installed as the instance's
+``forward``: ``Module.__call__`` keeps its fast path and calls the tap, which calls the listeners'
+callbacks and then the real ``forward``. A ``copy.deepcopy`` or pickle of the model gets the plain
+``forward`` back, so EMA copies and ``torch.save(model)`` carry no listener.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["ForwardTap", "AttachmentList", "tap_of", "untap"]
+
+Callback = Callable[[tuple[Any, ...], dict[str, Any]], None]
+
+
+class ForwardTap:
+    """Calls ``callbacks(args, kwargs)`` before each forward pass of one model."""
+
+    __slots__ = ("forward", "callbacks", "__wrapped__", "__dict__")
+
+    def __init__(self, forward: Callable[..., Any]) -> None:
+        self.forward = forward
+        self.__wrapped__ = forward  # inspect.signature(model.forward) still shows the real one
+        self.callbacks: list[Callback] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for callback in self.callbacks:
+            callback(args, kwargs)
+        return self.forward(*args, **kwargs)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return copy.deepcopy(self.forward, memo)
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        return self.forward.__reduce__()  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return f"<trainperf forward tap of {self.forward!r}>"
+
+
+class AttachmentList(list):  # type: ignore[type-arg]
+    """The model's attachments; a copy or pickle of the model starts with none."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AttachmentList:
+        return AttachmentList()
+
+    def __copy__(self) -> AttachmentList:
+        return AttachmentList()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (AttachmentList, ())
+
+
+def tap_of(model: torch.nn.Module) -> ForwardTap:
+    """The model's tap, installed on first use."""
+    current = model.__dict__.get("forward")
+    if isinstance(current, ForwardTap):
+        return current
+    tap = ForwardTap(model.forward)
+    model.__dict__["forward"] = tap
+    return tap
+
+
+def untap(model: torch.nn.Module, callback: Callback) -> None:
+    """Remove ``callback``; the last one out restores the model's own ``forward``."""
+    tap = model.__dict__.get("forward")
+    if not isinstance(tap, ForwardTap):
+        return
+    if callback in tap.callbacks:
+        tap.callbacks.remove(callback)
+    if not tap.callbacks:
+        original = tap.forward
+        if getattr(original, "__self__", None) is model and getattr(original, "__func__", None) is getattr(
+            type(model), "forward", None
+        ):
+            del model.__dict__["forward"]
+        else:
+            model.__dict__["forward"] = original
