@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.optim import optimizer as optim_module
 
-from trainperf import MemorySink, PerformanceListener
-from trainperf.torch import ListenerModule, attach, batch_size, detach, timed
+from trainperf import PerformanceListener
+from trainperf.torch import ListenerModule, attach, batch_size, timed
 
 
 class Net(ListenerModule, torch.nn.Module):

@@ -10,14 +10,6 @@ from typing import Any, TextIO
 __all__ = ["run_demo"]
 
 
-def _require_torch() -> Any:
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise SystemExit("the demo needs PyTorch: pip install 'trainperf[torch]'") from exc
-    return torch
-
-
 def run_demo(
     *,
     iterations: int = 120,
@@ -27,12 +19,15 @@ def run_demo(
     out: TextIO | None = None,
 ) -> dict[str, Any]:
     """Train twice and print the listener's lines: a pipeline that decodes every batch on the
-    training thread, then the same batches decoded once up front and prefetched.
+    training thread, then the same batches decoded once up front.
 
     Returns:
         ``{"slow": RunSummary, "fixed": RunSummary, "records": {...}}`` for scripting and tests.
     """
-    torch = _require_torch()
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise SystemExit("the demo needs PyTorch: pip install 'trainperf[torch]'") from exc
     from . import PerformanceListener
     from .torch import ListenerModule
 
@@ -40,7 +35,7 @@ def run_demo(
     torch.manual_seed(0)
     features, classes = 256, 10
 
-    class Net(ListenerModule, torch.nn.Module):  # type: ignore[misc]
+    class Net(ListenerModule, torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.body = torch.nn.Sequential(
@@ -50,7 +45,7 @@ def run_demo(
         def forward(self, x: Any) -> Any:
             return self.body(x)
 
-    class DecodingDataset(torch.utils.data.Dataset):  # type: ignore[misc]
+    class DecodingDataset(torch.utils.data.Dataset[tuple[Any, Any]]):
         """Stands in for reading and decoding files: each batch costs ``decode_ms`` of I/O wait."""
 
         def __len__(self) -> int:
@@ -80,10 +75,8 @@ def run_demo(
         f"1/2 slow input: every batch decoded on the training thread ({decode_ms:g} ms each, num_workers=0)",
         slow_loader,
     )
-    from .data import prefetch
-
     decoded = [DecodingDataset()[i] for i in range(iterations)]  # decode once, as pre-saving does
-    fixed_listener, fixed = train("2/2 fixed: batches decoded once up front and prefetched", prefetch(decoded))
+    fixed_listener, fixed = train("2/2 fixed: batches decoded once up front (pre-saved) and kept in memory", decoded)
     print(
         f"\ndata wait: {slow.data_wait_pct:.0f}% of the run -> {fixed.data_wait_pct:.0f}%; "
         f"samples/sec: {slow.samples_per_sec or 0:.0f} -> {fixed.samples_per_sec or 0:.0f}",

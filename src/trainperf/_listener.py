@@ -160,6 +160,12 @@ class PerformanceListener:
         self._total_iterations = 0
         self._verdict_counts: dict[str, int] = {}
         self._started = False
+        # One tuple per iteration: (end time, data wait, compute start or None, samples or None, batches).
+        self._window: list[tuple[float, float, float | None, int | None, int]] = []
+        self._score: Any = None
+        self._window_start = 0.0
+        self._next_report = 0
+        self._warmup = True
         self._reset_window(self._clock(), first=True)
 
     # ------------------------------------------------------------------ set-up
@@ -267,14 +273,15 @@ class PerformanceListener:
         if seconds <= 0:
             return
         self._window_start += seconds
-        self._window = [(t + seconds, e, None if st is None else st + seconds, s, b) for t, e, st, s, b in self._window]
+        self._window = [
+            (t + seconds, e, None if st is None else st + seconds, s, b) for t, e, st, s, b in self._window
+        ]
 
     # ------------------------------------------------------------------ reporting
     def _reset_window(self, now: float, *, first: bool) -> None:
         self._window_start = now
-        # One tuple per iteration: (end time, data wait, compute start or None, samples or None, batches).
-        self._window: list[tuple[float, float, float | None, int | None, int]] = []
-        self._score: Any = None
+        self._window = []
+        self._score = None
         self._next_report = self._count + self.frequency
         self._warmup = first
 
@@ -308,10 +315,10 @@ class PerformanceListener:
         batches = sum(w[4] for w in window)
         samples: int | None = 0
         for w in window:
-            if w[3] is None:
+            if w[3] is None or samples is None:
                 samples = None
                 break
-            samples += w[3]  # type: ignore[operator]
+            samples += w[3]
         if samples is None and not self._samples_warned and self.report_sample:
             self._samples_warned = True
             warnings.warn(
@@ -370,7 +377,7 @@ class PerformanceListener:
         if self._gc is not None:
             counts, seconds = self._gc.snapshot()
             prev_counts, prev_seconds = self._gc_prev
-            for gen, (c, s, pc, ps) in enumerate(zip(counts, seconds, prev_counts, prev_seconds)):
+            for gen, (c, s, pc, ps) in enumerate(zip(counts, seconds, prev_counts, prev_seconds, strict=True)):
                 stats.append(GCStat(f"gen{gen}", c - pc, 1000.0 * (s - ps)))
                 gc_s += s - ps
             self._gc_prev = (counts, seconds)

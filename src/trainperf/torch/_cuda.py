@@ -22,7 +22,7 @@ class CudaEventTimer:
         self._start: torch.cuda.Event | None = None
 
     def _event(self) -> torch.cuda.Event:
-        return self._pool.pop() if self._pool else torch.cuda.Event(enable_timing=True)
+        return self._pool.pop() if self._pool else torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
     def start(self) -> None:
         self._pool.extend(self._events)

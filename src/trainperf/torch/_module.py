@@ -96,7 +96,7 @@ class ListenerModule:
                 inputs, targets = _to(batch[0], target), _to(batch[1], target)
                 optimizer.zero_grad(set_to_none=True)
                 loss = loss_fn(module(inputs), targets)
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
                 self.set_score(loss.detach())
                 optimizer.step()
         for listener in listeners:

@@ -39,7 +39,7 @@ class ForwardTap:
         return copy.deepcopy(self.forward, memo)
 
     def __reduce__(self) -> str | tuple[Any, ...]:
-        return self.forward.__reduce__()  # type: ignore[no-any-return]
+        return self.forward.__reduce__()
 
     def __repr__(self) -> str:
         return f"<trainperf forward tap of {self.forward!r}>"

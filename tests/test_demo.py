@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+
+from trainperf._cli import main
+from trainperf._demo import run_demo
+
+pytestmark = pytest.mark.realtime
+
+
+def test_demo_verdict_flips_from_input_bound_to_fine():
+    out = io.StringIO()
+    result = run_demo(iterations=60, frequency=10, decode_ms=12.0, out=out)
+    slow = [r for r in result["records"]["slow"] if not r.warmup]
+    fixed = [r for r in result["records"]["fixed"] if not r.warmup]
+    assert all(r.verdict.kind == "input-bound" for r in slow)
+    assert all(r.verdict.kind == "fine" for r in fixed)
+    assert all(10.0 <= r.etl_ms <= 16.0 for r in slow)
+    assert all(r.etl_ms < 1.0 for r in fixed)
+    assert result["slow"].data_wait_pct > 50 > result["fixed"].data_wait_pct
+    text = out.getvalue()
+    assert "num_workers=0" in text and "trainperf summary" in text
+
+
+def test_cli_demo_runs_as_a_module():
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainperf", "demo", "--iterations", "30", "--frequency", "10"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "iteration 30; iteration time:" in proc.stderr
+    assert "verdict: input-bound" in proc.stderr
+    assert "data wait:" in proc.stdout
+
+
+def test_cli_rejects_unknown_commands(capsys):
+    with pytest.raises(SystemExit):
+        main(["nope"])
+    assert "invalid choice" in capsys.readouterr().err
