@@ -2,6 +2,7 @@
 
 from ._format import format_line
 from ._listener import BottleneckWarning, IterationTimer, PerformanceListener
+from ._parse import ParsedLog, parse_log
 from ._record import SCHEMA_VERSION, GCStat, PerformanceRecord, Verdict
 from ._sinks import LoggingSink, MemorySink, Sink, SinkError
 from ._summary import RunSummary
@@ -15,6 +16,7 @@ __all__ = [
     "IterationTimer",
     "LoggingSink",
     "MemorySink",
+    "ParsedLog",
     "PerformanceListener",
     "PerformanceRecord",
     "RunSummary",
@@ -22,4 +24,5 @@ __all__ = [
     "SinkError",
     "Verdict",
     "format_line",
+    "parse_log",
 ]

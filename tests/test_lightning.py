@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+import csv
+import statistics
+import time
+import warnings
+
+import pytest
+import torch
+
+pl = pytest.importorskip("pytorch_lightning")
+L = pytest.importorskip("lightning.pytorch")
+
+from trainperf.lightning import PerformanceCallback  # noqa: E402
+
+warnings.filterwarnings("ignore", ".*does not have many workers.*")
+warnings.filterwarnings("ignore", ".*GPU available but not used.*")
+
+
+class SleepyDataset(torch.utils.data.Dataset):
+    def __init__(self, n=30, batch=8, delay=0.0):
+        self.n, self.batch, self.delay = n, batch, delay
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.delay:
+            time.sleep(self.delay)
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(self.batch, 16, generator=g), torch.randint(0, 4, (self.batch,), generator=g)
+
+
+def module_class(base, val_sleep=0.0):
+    class Model(base):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 4)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.fc(x), y)
+
+        def validation_step(self, batch, batch_idx):
+            time.sleep(val_sleep)
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.cross_entropy(self.fc(x), y))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Model
+
+
+def loader(**kw):
+    return torch.utils.data.DataLoader(SleepyDataset(**kw), batch_size=None)
+
+
+def trainer(package, callback, tmp_path, **kw):
+    kw.setdefault("max_epochs", 1)
+    kw.setdefault("logger", False)
+    return package.Trainer(
+        callbacks=[callback], enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        default_root_dir=tmp_path, accelerator="cpu", devices=1, **kw,
+    )
+
+
+def test_callback_subclasses_the_callback_of_both_package_names():
+    callback = PerformanceCallback(10)
+    assert isinstance(callback, pl.Callback) and isinstance(callback, L.Callback)
+
+
+def test_unknown_option_names_it():
+    with pytest.raises(TypeError, match="report_foo"):
+        PerformanceCallback(10, report_foo=True)
+    with pytest.raises(ValueError, match="frequency must be a positive int, got 0"):
+        PerformanceCallback(0)
+
+
+@pytest.mark.realtime
+def test_data_wait_of_a_20ms_loader_reads_20ms_and_loggers_get_the_metrics(tmp_path):
+    callback = PerformanceCallback(5, report_score=True, report_gc=True, sinks=[])
+    logger = pl.loggers.CSVLogger(tmp_path, name="run")
+    trainer(pl, callback, tmp_path, logger=logger, max_epochs=2).fit(
+        module_class(pl.LightningModule)(), loader(n=25, delay=0.020)
+    )
+    recs = [r for r in callback.history if not r.warmup]
+    assert [r.iteration for r in callback.history] == [5, 10, 15, 20, 25, 30, 35, 40, 45, 50]
+    mean = statistics.mean(r.etl_ms for r in recs)
+    assert 17.0 <= mean <= 23.0, [r.etl_ms for r in recs]
+    assert all(r.score is not None and 0 < r.score < 5 for r in recs)
+    assert [r.epoch for r in callback.history][-1] == 1
+    with open(logger.log_dir + "/metrics.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row.get("trainperf/etl_ms")]
+    assert [int(r["step"]) for r in rows] == [5, 10, 15, 20, 25, 30, 35, 40, 45, 50]
+    assert 17.0 <= statistics.mean(float(r["trainperf/etl_ms"]) for r in rows[1:]) <= 23.0
+
+
+def test_works_with_the_lightning_package_name_and_accumulation(tmp_path):
+    callback = PerformanceCallback(2, sinks=[])
+    trainer(L, callback, tmp_path, accumulate_grad_batches=3).fit(
+        module_class(L.LightningModule)(), loader(n=12, batch=8)
+    )
+    assert [(r.iteration, r.samples, r.batches) for r in callback.history] == [(2, 48, 6), (4, 48, 6)]
+
+
+@pytest.mark.realtime
+def test_validation_time_is_neither_data_wait_nor_training_time(tmp_path):
+    callback = PerformanceCallback(4, sinks=[])
+    trainer(pl, callback, tmp_path, val_check_interval=4, limit_val_batches=2, num_sanity_val_steps=0).fit(
+        module_class(pl.LightningModule, val_sleep=0.1)(), loader(n=16), loader(n=4)
+    )
+    recs = list(callback.history)
+    assert len(recs) == 4
+    for r in recs[1:]:
+        assert r.etl_max_ms < 50, r  # a 200 ms validation pass sits between these windows
+        assert r.window_s < 0.2, r
+
+
+@pytest.mark.realtime
+def test_checkpoint_saving_is_left_out(tmp_path):
+    callback = PerformanceCallback(2, sinks=[])
+    t = trainer(pl, callback, tmp_path, max_steps=8)
+    original = t.save_checkpoint
+
+    def slow_save(*args, **kwargs):
+        time.sleep(0.2)
+        return original(*args, **kwargs)
+
+    t.save_checkpoint = slow_save
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    t.callbacks.append(checkpoint)
+    t.fit(module_class(pl.LightningModule)(), loader(n=8))
+    assert len(list(tmp_path.glob("*.ckpt"))) == 4
+    for r in list(callback.history)[1:]:
+        assert r.etl_max_ms < 100 and r.window_s < 0.2, r
+
+
+def test_callback_is_reusable_and_closes_its_listener(tmp_path):
+    import gc
+
+    before = len(gc.callbacks)
+    callback = PerformanceCallback(2, sinks=[], report_gc=True)
+    for _ in range(2):
+        trainer(pl, callback, tmp_path, max_steps=4).fit(module_class(pl.LightningModule)(), loader(n=4))
+        assert [r.iteration for r in callback.history] == [2, 4]
+        assert callback.listener.closed
+    assert len(gc.callbacks) == before

@@ -1,0 +1,161 @@
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+
+import pytest
+
+from trainperf import MemorySink, PerformanceListener
+from trainperf.sinks import CSV_COLUMNS, CsvSink, JsonLinesSink, LoggerSink, TensorBoardSink, TqdmSink
+
+
+def drive(listener, clock, n, samples=4):
+    for _ in range(n):
+        clock.advance(0.01)
+        listener.record_iteration(samples=samples)
+
+
+def test_jsonl_writes_one_flushed_object_per_record(tmp_path, clock):
+    path = tmp_path / "perf.jsonl"
+    sink = JsonLinesSink(path)
+    listener = PerformanceListener(1, sinks=[sink], clock=clock, report_gc=True)
+    drive(listener, clock, 2)
+    lines = path.read_text().splitlines()  # readable before close: flushed per record
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
+    assert set(json.loads(lines[0])["gc"]) == {"gen0", "gen1", "gen2"}
+    listener.close()
+    assert sink.closed
+
+
+def test_jsonl_sink_is_a_context_manager_and_refuses_after_close(tmp_path, clock):
+    with JsonLinesSink(tmp_path / "a.jsonl", append=False) as sink:
+        pass
+    listener = PerformanceListener(1, sinks=[sink], clock=clock, strict=True)
+    with pytest.raises(ValueError, match="closed"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        listener.record_iteration(samples=1)
+
+
+def test_file_sinks_name_a_missing_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        JsonLinesSink(tmp_path / "no" / "x.jsonl")
+    with pytest.raises(TypeError, match="path must be"):
+        CsvSink(3)  # type: ignore[arg-type]
+
+
+def test_csv_has_a_stable_header_and_one_row_per_record(tmp_path, clock):
+    path = tmp_path / "perf.csv"
+    with CsvSink(path) as sink:
+        listener = PerformanceListener(2, sinks=[sink], clock=clock, report_gc=True)
+        drive(listener, clock, 6)
+    rows = list(csv.DictReader(path.open()))
+    header = list(rows[0])
+    assert tuple(header[: len(CSV_COLUMNS)]) == CSV_COLUMNS
+    assert header[len(CSV_COLUMNS):] == ["gc.gen0.count", "gc.gen0.ms", "gc.gen1.count", "gc.gen1.ms",
+                                         "gc.gen2.count", "gc.gen2.ms"]
+    assert [r["iteration"] for r in rows] == ["2", "4", "6"]
+    assert rows[0]["warmup"] == "True" and rows[0]["score"] == ""
+
+
+def test_csv_widens_its_header_atomically_when_a_collector_appears(tmp_path, clock):
+    path = tmp_path / "perf.csv"
+    sink = CsvSink(path)
+    listener = PerformanceListener(1, sinks=[sink], clock=clock)
+    drive(listener, clock, 2)
+    listener.add_collector("cuda_alloc_retries", lambda: (1, None))
+    with pytest.warns(UserWarning, match="wider header"):
+        drive(listener, clock, 1)
+    drive(listener, clock, 1)
+    sink.close()
+    rows = list(csv.DictReader(path.open()))
+    assert [r["iteration"] for r in rows] == ["1", "2", "3", "4"]
+    assert rows[0]["gc.cuda_alloc_retries.count"] == "" and rows[2]["gc.cuda_alloc_retries.count"] == "0"
+    assert not list(tmp_path.glob("*.tmp")), "no temporary file is left behind"
+
+
+def test_file_sink_still_gets_every_record_beside_a_failing_sink(tmp_path, clock):
+    path = tmp_path / "perf.jsonl"
+
+    def broken(record):
+        raise OSError("network sink down")
+
+    listener = PerformanceListener(1, sinks=[broken, JsonLinesSink(path)], clock=clock)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        drive(listener, clock, 5)
+    listener.close()
+    assert len(path.read_text().splitlines()) == 5
+
+
+class FakeLogger:
+    def __init__(self):
+        self.calls = []
+
+    def log_metrics(self, metrics, step):
+        self.calls.append((step, metrics))
+
+
+def test_logger_sink_sends_metrics_keyed_by_step(clock):
+    logger = FakeLogger()
+    listener = PerformanceListener(2, sinks=[LoggerSink([logger])], clock=clock, report_gc=True)
+    drive(listener, clock, 4)
+    assert [step for step, _ in logger.calls] == [2, 4]
+    metrics = logger.calls[-1][1]
+    assert metrics["trainperf/samples_per_sec"] == pytest.approx(400.0)
+    assert "trainperf/gc/gen0/count" in metrics and "trainperf/iteration_p95_ms" in metrics
+
+
+def test_logger_sink_takes_a_trainer_or_one_logger(clock):
+    logger = FakeLogger()
+
+    class Trainer:
+        loggers = [logger]
+
+    for source in (Trainer(), logger):
+        listener = PerformanceListener(1, sinks=[LoggerSink(source)], clock=clock)
+        drive(listener, clock, 1)
+    assert len(logger.calls) == 2
+    with pytest.raises(TypeError, match="loggers must be"):
+        LoggerSink(42).loggers
+
+
+def test_tensorboard_sink_writes_scalars(tmp_path, clock):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with TensorBoardSink(str(tmp_path)) as sink:
+        listener = PerformanceListener(1, sinks=[sink], clock=clock)
+        drive(listener, clock, 3)
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    scalars = events.Scalars("trainperf/samples_per_sec")
+    assert [s.step for s in scalars] == [1, 2, 3]
+    assert scalars[0].value == pytest.approx(400.0)
+
+
+def test_tensorboard_sink_without_tensorboard_says_what_to_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    with pytest.raises(ImportError, match=r"pip install 'trainperf\[tensorboard"):
+        TensorBoardSink("runs")
+
+
+def test_tqdm_sink_sets_the_postfix(clock):
+    tqdm = pytest.importorskip("tqdm")
+    bar = tqdm.tqdm(total=10, disable=True)
+    listener = PerformanceListener(1, sinks=[TqdmSink(bar)], clock=clock)
+    listener.record_iteration(samples=4, etl=0.002)
+    clock.advance(0.01)
+    listener.record_iteration(samples=4, etl=0.002)
+    assert bar.postfix is not None and "samples/s=400.0" in bar.postfix and "ETL=2ms" in bar.postfix
+    with pytest.raises(TypeError, match="tqdm"):
+        TqdmSink(object())
+
+
+def test_any_callable_is_a_sink(clock):
+    seen = []
+    listener = PerformanceListener(1, sinks=[seen.append, MemorySink()], clock=clock)
+    drive(listener, clock, 2)
+    assert [r.iteration for r in seen] == [1, 2]
