@@ -3,6 +3,7 @@
 from ._format import format_line
 from ._listener import BottleneckWarning, IterationTimer, PerformanceListener
 from ._parse import ParsedLog, parse_log
+from ._plot import plot
 from ._record import SCHEMA_VERSION, GCStat, PerformanceRecord, Verdict
 from ._sinks import LoggingSink, MemorySink, Sink, SinkError
 from ._summary import RunSummary
@@ -25,4 +26,5 @@ __all__ = [
     "Verdict",
     "format_line",
     "parse_log",
+    "plot",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main"]
 
@@ -13,6 +14,69 @@ def _demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
     run_demo(iterations=args.iterations, frequency=args.frequency, decode_ms=args.decode_ms)
+    return 0
+
+
+def _parse(args: argparse.Namespace) -> int:
+    from ._parse import parse_log
+
+    log = parse_log(args.log)
+    out: str | None = args.output
+    print(f"{args.log}: {len(log)} listener lines, {log.skipped} other lines skipped"
+          + (", a cut-off last line skipped" if log.truncated else ""), file=sys.stderr)
+    if out is None:
+        frame = log.to_pandas()
+        print(frame.to_string(max_rows=20))
+        return 0
+    frame = log.to_pandas()
+    if out.endswith(".csv"):
+        _atomic_write(out, lambda f: frame.to_csv(f, index=False))
+    elif out.endswith((".jsonl", ".json")):
+        _atomic_write(out, lambda f: frame.to_json(f, orient="records", lines=True))
+    else:
+        raise ValueError(f"--output must end in .csv or .jsonl, got {out!r}")
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def _atomic_write(path: str, write: Any) -> None:
+    """Write through a temporary file in the same folder, then rename: never a half-written file."""
+    import os
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".trainperf-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _plot(args: argparse.Namespace) -> int:
+    import os
+
+    from ._parse import parse_log
+    from ._plot import plot
+
+    fig = plot(parse_log(args.log), title=args.title)
+    out: str = args.output
+    suffix = os.path.splitext(out)[1] or ".png"
+    folder = os.path.dirname(os.path.abspath(out))
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".trainperf-", suffix=suffix)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=args.dpi)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
@@ -28,6 +92,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--frequency", type=int, default=20, help="report every N iterations (default 20)")
     demo.add_argument("--decode-ms", type=float, default=12.0, help="simulated decode time per batch")
     demo.set_defaults(func=_demo)
+
+    parse = sub.add_parser("parse", help="read listener lines (trainperf, JSON lines, Deeplearning4j) into a table")
+    parse.add_argument("log", help="the log file")
+    parse.add_argument("-o", "--output", help="write the table to this .csv or .jsonl file")
+    parse.set_defaults(func=_parse)
+
+    plot = sub.add_parser("plot", help="plot a log: iteration time, data wait, throughput, GC and score")
+    plot.add_argument("log", help="the log file")
+    plot.add_argument("-o", "--output", required=True, help="the image to write (.png, .svg, .pdf)")
+    plot.add_argument("--title", help="the figure's title")
+    plot.add_argument("--dpi", type=int, default=110)
+    plot.set_defaults(func=_plot)
     return parser
 
 
@@ -36,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, ImportError) as exc:
         print(f"trainperf {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 import json
 import os
@@ -49,7 +51,6 @@ _FAST = re.compile(rf"ETL: (?:{_DEVICE})?{_NUM} ms; {_BODY}")
 # The general pattern also reads lines without ``ETL`` (report_etl=False); it is slower, so it runs
 # only when such lines exist.
 _GENERAL = re.compile(rf"^[^\n]*?(?:Device: \[(\d+)\]; )?(?:ETL: {_NUM} ms; )?{_BODY}", re.MULTILINE)
-_ITERATION = re.compile(r"iteration \d+;")
 _GROUPS = (
     "device", "etl_ms", "iteration", "iteration_ms", "samples_per_sec", "batches_per_sec", "score", "gc",
     "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms", "etl_max_ms", "epoch", "rank", "warmup",
@@ -122,9 +123,13 @@ class ParsedLog:
             import pandas as pd
         except ImportError as exc:
             raise ImportError("to_pandas needs pandas: pip install 'trainperf[pandas]'") from exc
+        with _no_cyclic_gc():
+            return self._to_pandas(pd)
+
+    def _to_pandas(self, pd: Any) -> Any:
         names = list(self.raw)
         if not self.rows:
-            return pd.DataFrame({name: pd.Series(dtype="float64") for name in names})
+            return pd.DataFrame({name: pd.Series(dtype="float64") for name in [*names, "run"]})
         columns = [self.raw[name] for name in names]
         cleaned = []
         for values in columns:
@@ -147,6 +152,8 @@ class ParsedLog:
         for name in ("iteration", "epoch", "rank", "device"):
             if name in frame and frame[name].notna().all():
                 frame[name] = frame[name].astype("int64")
+        # a log can hold several runs: a new one starts where the iteration count goes back
+        frame["run"] = (frame["iteration"].diff() <= 0).cumsum().astype("int64")
         return frame
 
 
@@ -186,6 +193,25 @@ def parse_log(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> Parse
     Raises:
         OSError: the path cannot be read (the message names it).
     """
+    with _no_cyclic_gc():
+        return _parse(source)
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Parsing allocates millions of tuples and strings that all survive, which only makes the
+    cyclic collector walk them again and again (it roughly doubles the time); none of them can
+    form a cycle, so collection waits until the end."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLog:
     text, complete = _read_text(source)
     truncated = 0
     if not complete:
@@ -196,28 +222,34 @@ def parse_log(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> Parse
     json_rows = 0
     if text.lstrip()[:1] == "{" or "\n{" in text:
         json_raw, json_rows, text = _split_json_lines(text)
-    matches = _find(text)
+    matches, shift = _find(text)
     n = json_rows + len(matches)
     columns: dict[str, list[Any]] = {}
     for i, name in enumerate(_GROUPS):
         if name == "gc":
             continue
-        columns[name] = json_raw.get(name, [None] * json_rows) + [m[i] for m in matches]
+        if name == "device" and shift:
+            found = [m[0] or m[1] or m[2] or m[3] for m in matches] if "Device: [" in text else [""] * len(matches)
+        else:
+            at = i + shift
+            found = [m[at] for m in matches]
+        columns[name] = json_raw.get(name, [None] * json_rows) + found
     gc_columns = {k: v + [""] * len(matches) for k, v in json_raw.items() if k.startswith("gc.")}
-    gc_at = _GROUPS.index("gc")
+    gc_at = _GROUPS.index("gc") + shift
     _parse_gc([m[gc_at] for m in matches], json_rows, n, gc_columns)
     raw = {name: columns[name] for name in COLUMNS if name == "iteration" or any(columns[name])}
     raw.update(gc_columns)
     return ParsedLog(raw=raw, rows=n, json_rows=json_rows, skipped=total_lines - n, truncated=truncated)
 
 
-def _find(text: str) -> list[tuple[str, ...]]:
-    """One tuple of captured text per listener line, in _GROUPS order."""
-    fast = _FAST.findall(text)
-    if len(fast) == len(_ITERATION.findall(text)):
-        # the four device look-behinds are four groups: keep whichever matched
-        return [(m[0] or m[1] or m[2] or m[3], *m[4:]) for m in fast]
-    return _GENERAL.findall(text)
+def _find(text: str) -> tuple[list[tuple[str, ...]], int]:
+    """The listener lines' captured fields and the offset of ``device`` in each tuple: the fast
+    pattern holds four device groups (0-3, of which one at most matched), the general one holds one."""
+    # Every listener line has an ETL field unless ``iteration N;`` stands without ``ms; `` before it.
+    numbered = text.count("iteration ") - text.count("iteration time") - text.count("iteration p50")
+    if numbered == text.count(" ms; iteration "):
+        return _FAST.findall(text), 3
+    return _GENERAL.findall(text), 0
 
 
 def _parse_gc(texts: list[str], start: int, n: int, out: dict[str, list[Any]]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 import os
@@ -142,7 +141,7 @@ class CsvSink(_FileSink):
             rows = list(csv.DictReader(old))
         self.columns.extend(new)
         fd, tmp = tempfile.mkstemp(prefix=self.path.name, suffix=".tmp", dir=self.path.parent)
-        with io.open(fd, "w", encoding="utf-8", newline="") as out:
+        with open(fd, "w", encoding="utf-8", newline="") as out:
             self._start(out)
             self._writer.writerows(rows)
         os.replace(tmp, self.path)

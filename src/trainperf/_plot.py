@@ -1,0 +1,107 @@
+"""Plots of a run: iteration time with its p95, data wait, throughput, GC time and score."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ._parse import ParsedLog
+from ._record import PerformanceRecord
+
+__all__ = ["plot", "to_frame"]
+
+
+def to_frame(data: Any) -> Any:
+    """A DataFrame of figures from a :class:`ParsedLog`, a DataFrame, or records (a listener's history)."""
+    try:
+        import pandas as pd
+    except ImportError as exc:
+        raise ImportError("plotting needs pandas and matplotlib: pip install 'trainperf[plot]'") from exc
+    if isinstance(data, ParsedLog):
+        return data.to_pandas()
+    if isinstance(data, pd.DataFrame):
+        return data
+    history = getattr(data, "history", data)
+    if isinstance(history, Iterable):
+        rows = [r.to_dict(flat=True) for r in history if isinstance(r, PerformanceRecord)]
+        frame = pd.DataFrame(rows)
+        return frame.drop(columns=["extra"], errors="ignore")
+    raise TypeError(f"data must be a ParsedLog, a DataFrame or records, got {type(data).__name__}")
+
+
+def plot(data: Any, *, title: str | None = None) -> Any:
+    """Draw the run on one figure, one panel per figure that the data holds, against iteration.
+
+    Args:
+        data: what :func:`trainperf.parse_log` returned, its DataFrame, a listener, or records.
+        title: the figure's title.
+
+    Returns:
+        The ``matplotlib.figure.Figure`` (save it with ``fig.savefig("run.png")``).
+    """
+    frame = to_frame(data)
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ImportError("plotting needs matplotlib: pip install 'trainperf[plot]'") from exc
+    if len(frame) == 0:
+        raise ValueError("data holds no listener records to plot")
+    x = frame["iteration"]
+    gc_ms_cols = [c for c in frame.columns if c.startswith("gc.") and c.endswith(".ms")]
+    panels: list[tuple[str, list[tuple[str, str, dict[str, Any]]]]] = []
+
+    def have(name: str) -> bool:
+        return name in frame and frame[name].notna().any()
+
+    if have("iteration_ms"):
+        lines = [("iteration_ms", "mean", {"color": "C0"})]
+        if have("iteration_p95_ms"):
+            lines.append(("iteration_p95_ms", "p95", {"color": "C0", "linestyle": "--", "alpha": 0.7}))
+        panels.append(("iteration time (ms)", lines))
+    if have("etl_ms"):
+        lines = [("etl_ms", "mean", {"color": "C3"})]
+        if have("etl_max_ms"):
+            lines.append(("etl_max_ms", "max", {"color": "C3", "linestyle": ":", "alpha": 0.7}))
+        panels.append(("data wait, ETL (ms)", lines))
+    if have("samples_per_sec"):
+        panels.append(("samples/sec", [("samples_per_sec", "samples/sec", {"color": "C2"})]))
+    elif have("batches_per_sec"):
+        panels.append(("batches/sec", [("batches_per_sec", "batches/sec", {"color": "C2"})]))
+    if gc_ms_cols:
+        frame = frame.assign(_gc_ms=frame[gc_ms_cols].sum(axis=1, min_count=1))
+        panels.append(("GC pause per window (ms)", [("_gc_ms", "all collectors", {"color": "C4"})]))
+    if have("score"):
+        panels.append(("score (loss)", [("score", "score", {"color": "C1"})]))
+
+    if "run" not in frame:
+        frame = frame.assign(run=(x.diff() <= 0).cumsum())
+    runs = list(frame.groupby("run", sort=True))
+    fig = Figure(figsize=(9, 2.1 * len(panels) + 0.6), layout="constrained")
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    markers = ["", "", "o", "s", "^", "D"]
+    for ax, (label, lines) in zip(axes, panels, strict=True):
+        for r, (run_id, part) in enumerate(runs):
+            run_style: dict[str, Any] = {"alpha": 1.0 if len(runs) == 1 else 0.9}
+            if len(runs) > 1:
+                run_style["marker"] = markers[r % len(markers)] or None
+                run_style["markersize"] = 3
+            for column, name, style in lines:
+                shown = name if len(runs) == 1 else f"{name}, run {r + 1}"
+                color = style.get("color") if len(runs) == 1 else f"C{(r * len(lines) + lines.index((column, name, style))) % 10}"
+                ax.plot(part["iteration"], part[column], label=shown, linewidth=1.4,
+                        **{**style, **run_style, "color": color})
+        ax.set_ylabel(label, fontsize=9)
+        ax.grid(True, alpha=0.3)
+        if label != "score (loss)":
+            ax.set_ylim(bottom=0)
+        if len(lines) > 1 or len(runs) > 1:
+            ax.legend(loc="upper right", fontsize=7, frameon=False)
+    if "warmup" in frame and frame["warmup"].astype(bool).any():
+        for _, part in runs:
+            warm = part[part["warmup"].astype(bool)]
+            if len(warm):
+                for ax in axes:
+                    ax.axvspan(0, warm["iteration"].max(), color="grey", alpha=0.12, linewidth=0)
+    axes[-1].set_xlabel("iteration")
+    fig.suptitle(title or "training performance (grey: warm-up window)", fontsize=11)
+    return fig
