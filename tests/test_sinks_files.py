@@ -117,7 +117,7 @@ def test_logger_sink_takes_a_trainer_or_one_logger(clock):
         drive(listener, clock, 1)
     assert len(logger.calls) == 2
     with pytest.raises(TypeError, match="loggers must be"):
-        LoggerSink(42).loggers
+        _ = LoggerSink(42).loggers
 
 
 def test_tensorboard_sink_writes_scalars(tmp_path, clock):

@@ -137,7 +137,7 @@ class ParsedLog:
                 head = ["" if v is None else ("1" if v is True else str(v)) for v in values[: self.json_rows]]
                 values = head + values[self.json_rows :]
             cleaned.append(values)
-        text = "\n".join(map("\x1f".join, zip(*cleaned)))
+        text = "\n".join(map("\x1f".join, zip(*cleaned, strict=True)))
         dtypes = {name: ("object" if name in ("verdict", "warmup") else "float64") for name in names}
         try:
             frame = self._read(pd, text, names, dtypes)

@@ -53,6 +53,7 @@ def plot(data: Any, *, title: str | None = None) -> Any:
     def have(name: str) -> bool:
         return name in frame and frame[name].notna().any()
 
+    lines: list[tuple[str, str, dict[str, Any]]]
     if have("iteration_ms"):
         lines = [("iteration_ms", "mean", {"color": "C0"})]
         if have("iteration_p95_ms"):
@@ -80,14 +81,14 @@ def plot(data: Any, *, title: str | None = None) -> Any:
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     markers = ["", "", "o", "s", "^", "D"]
     for ax, (label, lines) in zip(axes, panels, strict=True):
-        for r, (run_id, part) in enumerate(runs):
+        for r, (_, part) in enumerate(runs):
             run_style: dict[str, Any] = {"alpha": 1.0 if len(runs) == 1 else 0.9}
             if len(runs) > 1:
                 run_style["marker"] = markers[r % len(markers)] or None
                 run_style["markersize"] = 3
-            for column, name, style in lines:
+            for j, (column, name, style) in enumerate(lines):
                 shown = name if len(runs) == 1 else f"{name}, run {r + 1}"
-                color = style.get("color") if len(runs) == 1 else f"C{(r * len(lines) + lines.index((column, name, style))) % 10}"
+                color = style.get("color") if len(runs) == 1 else f"C{(r * len(lines) + j) % 10}"
                 ax.plot(part["iteration"], part[column], label=shown, linewidth=1.4,
                         **{**style, **run_style, "color": color})
         ax.set_ylabel(label, fontsize=9)

@@ -36,7 +36,7 @@ class _TimedFetch:
 
     __slots__ = ("inner", "owner", "starts")
 
-    def __init__(self, inner: Any, owner: PerformanceCallback, starts: bool) -> None:
+    def __init__(self, inner: Any, owner: _PerformanceCallbackImpl, starts: bool) -> None:
         self.inner = inner
         self.owner = owner
         self.starts = starts
@@ -183,8 +183,8 @@ class _PerformanceCallbackImpl:
         if not hasattr(fetcher, "_start_profiler") or not hasattr(fetcher, "_stop_profiler"):
             return
         self._fetcher = fetcher
-        fetcher._start_profiler = _TimedFetch(fetcher._start_profiler, self, True)  # type: ignore[arg-type]
-        fetcher._stop_profiler = _TimedFetch(fetcher._stop_profiler, self, False)  # type: ignore[arg-type]
+        fetcher._start_profiler = _TimedFetch(fetcher._start_profiler, self, True)
+        fetcher._stop_profiler = _TimedFetch(fetcher._stop_profiler, self, False)
 
     def _unwrap(self, trainer: Any) -> None:
         if getattr(trainer.__dict__.get("save_checkpoint"), "_trainperf", False):
