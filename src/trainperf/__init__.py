@@ -1,5 +1,6 @@
 """trainperf: why is my training slow? Data wait, iteration time, throughput and GC, while it trains."""
 
+from ._doctor import Check, DoctorReport, doctor
 from ._format import format_line
 from ._listener import BottleneckWarning, IterationTimer, PerformanceListener
 from ._parse import ParsedLog, parse_log
@@ -10,9 +11,12 @@ from ._summary import RunSummary
 
 __version__ = "0.1.0"
 
+
 __all__ = [
     "SCHEMA_VERSION",
     "BottleneckWarning",
+    "Check",
+    "DoctorReport",
     "GCStat",
     "IterationTimer",
     "LoggingSink",
@@ -24,6 +28,7 @@ __all__ = [
     "Sink",
     "SinkError",
     "Verdict",
+    "doctor",
     "format_line",
     "parse_log",
     "plot",

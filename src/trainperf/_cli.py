@@ -80,6 +80,29 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _factory(spec: str, what: str) -> Any:
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"--{what} must look like package.module:function, got {spec!r}")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"--{what} {spec!r}: {exc}") from exc
+    return factory() if callable(factory) else factory
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from ._doctor import doctor
+
+    model = _factory(args.model, "model") if args.model else None
+    loader = _factory(args.loader, "loader") if args.loader else None
+    report = doctor(model=model, loader=loader, steps=args.steps)
+    print(report.to_json(indent=2) if args.json else report)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -92,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--frequency", type=int, default=20, help="report every N iterations (default 20)")
     demo.add_argument("--decode-ms", type=float, default=12.0, help="simulated decode time per batch")
     demo.set_defaults(func=_demo)
+
+    doc = sub.add_parser("doctor", help="check the 13 common causes of slow training")
+    doc.add_argument("--json", action="store_true", help='print {"checks": [...]} as JSON')
+    doc.add_argument("--model", help="package.module:make_model, a factory returning the model")
+    doc.add_argument("--loader", help="package.module:make_loader, a factory returning the data loader")
+    doc.add_argument("--steps", type=int, default=5, help="batches to time when a loader is given")
+    doc.set_defaults(func=_doctor)
 
     parse = sub.add_parser("parse", help="read listener lines (trainperf, JSON lines, Deeplearning4j) into a table")
     parse.add_argument("log", help="the log file")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["ParsedLog", "parse_log", "COLUMNS"]
+__all__ = ["ParsedLog", "parse_log"]
 
 #: The fixed columns, in order; ``gc.<name>.count`` / ``gc.<name>.ms`` follow per collector.
 COLUMNS = (

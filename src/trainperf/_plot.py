@@ -8,7 +8,7 @@ from typing import Any
 from ._parse import ParsedLog
 from ._record import PerformanceRecord
 
-__all__ = ["plot", "to_frame"]
+__all__ = ["plot"]
 
 
 def to_frame(data: Any) -> Any:

@@ -1,0 +1,48 @@
+"""``trainperf doctor``: the guide's 13 causes of slow training, checked automatically."""
+
+from ._checks import CHECKS, Context
+from ._probe import Environment, Measurement, collect_environment, measure, watch_concurrency
+from ._report import Check, DoctorReport
+
+__all__ = ["Check", "DoctorReport", "Environment", "Measurement", "collect_environment", "doctor"]
+
+
+def doctor(
+    model: object = None,
+    loader: object = None,
+    optimizer: object = None,
+    *,
+    loss_fn: object = None,
+    steps: int = 5,
+    environment: Environment | None = None,
+    watch_seconds: float = 0.3,
+) -> DoctorReport:
+    """Run the 13 checks; the more you hand over, the more is measured rather than skipped.
+
+    Args:
+        model: a ``torch.nn.Module``: its devices, dtypes and shape are read, concurrent use from
+            other threads is watched for ``watch_seconds``, and with a loader a few forward and
+            backward passes are timed (weights are left unchanged).
+        loader: an iterable of batches (a DataLoader's settings are read too).
+        optimizer: accepted for symmetry with training code; not stepped.
+        loss_fn: ``loss_fn(outputs, targets)`` for ``(inputs, targets)`` batches; otherwise the mean
+            of the outputs is back-propagated.
+        steps: batches to time.
+        environment: facts to judge instead of this machine's (tests pass a built one).
+
+    Example:
+        >>> report = trainperf.doctor(model=model, loader=loader)  # doctest: +SKIP
+        >>> print(report)
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    if model is not None and not hasattr(model, "parameters"):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if loader is not None and not hasattr(loader, "__iter__"):
+        raise TypeError(f"loader must be iterable, got {type(loader).__name__}")
+    env = environment or collect_environment()
+    concurrency = watch_concurrency(model, watch_seconds) if model is not None else None
+    measurement = measure(model, loader, steps=steps, loss_fn=loss_fn) if loader is not None else None
+    ctx = Context(env=env, model=model, loader=loader, optimizer=optimizer, measurement=measurement,
+                  max_concurrent_forwards=concurrency)
+    return DoctorReport(tuple(check(ctx) for check in CHECKS))
