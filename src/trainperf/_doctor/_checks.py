@@ -127,12 +127,11 @@ def garbage_collection(ctx: Context) -> Check:
     fix = ("gc.freeze() once the model and data are built (long-lived objects leave the collector's view); "
            "gc.set_threshold(50_000, 50, 100) for fewer young collections; keep fewer Python objects per step")
     title = "garbage collection"
+    found = f"{env.tracked_objects:,} tracked objects" + (f", GC {share:.1f}% of steps" if share else "")
     if env.tracked_objects >= OBJECTS_FAIL or (share is not None and share >= 10):
-        return Check(4, "garbage_collection", title, "fail", evidence, fix=fix,
-                     reason=f"{env.tracked_objects:,} tracked objects" + (f", GC {share:.1f}% of steps" if share else ""))
+        return Check(4, "garbage_collection", title, "fail", evidence, fix=fix, reason=found)
     if env.tracked_objects >= OBJECTS_WARN or (share is not None and share >= 2):
-        return Check(4, "garbage_collection", title, "warn", evidence, fix=fix,
-                     reason=f"{env.tracked_objects:,} tracked objects" + (f", GC {share:.1f}% of steps" if share else ""))
+        return Check(4, "garbage_collection", title, "warn", evidence, fix=fix, reason=found)
     return Check(4, "garbage_collection", title, "ok", evidence, reason=f"{env.tracked_objects:,} tracked objects")
 
 
@@ -280,7 +279,8 @@ def cpu_work_on_gpu_run(ctx: Context) -> Check:
     inputs = ctx.measurement.input_devices if ctx.measurement else []
     if inputs and any(d.startswith("cpu") for d in inputs):
         return Check(10, "cpu_fallback", title, "warn", {**evidence, "input_devices": inputs},
-                     fix="DataLoader(pin_memory=True) and batch.to(device, non_blocking=True), or trainperf.data.prefetch(..., to_device=device)",
+                     fix="DataLoader(pin_memory=True) and batch.to(device, non_blocking=True), "
+                         "or trainperf.data.prefetch(loader, to_device=device)",
                      reason="batches arrive on the CPU and are copied each step")
     return Check(10, "cpu_fallback", title, "ok", evidence, reason="parameters on one device")
 

@@ -44,7 +44,7 @@ def collect_environment(*, sample_seconds: float = 0.3) -> Environment:
 
     env = Environment()
     env.cuda_available = torch.cuda.is_available()
-    env.mps_available = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+    env.mps_available = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())  # type: ignore[no-untyped-call]
     env.cudnn_available = bool(torch.backends.cudnn.is_available()) if env.cuda_available else False
     env.cudnn_enabled = bool(torch.backends.cudnn.enabled)
     env.cudnn_benchmark = bool(torch.backends.cudnn.benchmark)
@@ -209,7 +209,7 @@ def measure(model: Any, loader: Any, *, steps: int = 5, loss_fn: Any = None) -> 
                     else:
                         loss = sum(t.float().mean() for t in _tensors(out) if t.is_floating_point())
                     if isinstance(loss, torch.Tensor) and loss.requires_grad:
-                        loss.backward()
+                        loss.backward()  # type: ignore[no-untyped-call]
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
             if continue_warm:
