@@ -44,8 +44,8 @@ def collect_environment(*, sample_seconds: float = 0.3) -> Environment:
 
     env = Environment()
     env.cuda_available = torch.cuda.is_available()
-    env.mps_available = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())  # type: ignore[no-untyped-call]
-    env.cudnn_available = bool(torch.backends.cudnn.is_available()) if env.cuda_available else False
+    env.mps_available = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+    env.cudnn_available = bool(torch.backends.cudnn.is_available()) if env.cuda_available else False  # type: ignore[no-untyped-call]
     env.cudnn_enabled = bool(torch.backends.cudnn.enabled)
     env.cudnn_benchmark = bool(torch.backends.cudnn.benchmark)
     if env.cuda_available:
