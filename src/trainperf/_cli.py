@@ -103,6 +103,29 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    import json
+
+    from ._bench import format_bench, run_bench
+
+    if args.model or args.loader:
+        if not (args.model and args.loader):
+            raise ValueError("--model and --loader go together")
+        model_spec, loader_spec = args.model, args.loader
+        results = run_bench(lambda: _factory(model_spec, "model"), lambda: _factory(loader_spec, "loader"),
+                            epochs=args.epochs)
+    else:
+        from ._demo import demo_factories
+
+        make_model, make_loader = demo_factories(iterations=args.iterations, decode_ms=args.decode_ms)
+        results = run_bench(make_model, make_loader, epochs=args.epochs)
+    if args.json:
+        print(json.dumps({"results": [r.to_dict() for r in results]}, indent=2))
+    else:
+        print(format_bench(results))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -122,6 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--loader", help="package.module:make_loader, a factory returning the data loader")
     doc.add_argument("--steps", type=int, default=5, help="batches to time when a loader is given")
     doc.set_defaults(func=_doctor)
+
+    bench = sub.add_parser("bench", help="train as given, with prefetch, and from pre-saved data; compare")
+    bench.add_argument("--model", help="package.module:make_model (default: the demo's model)")
+    bench.add_argument("--loader", help="package.module:make_loader (default: the demo's slow pipeline)")
+    bench.add_argument("--epochs", type=int, default=1)
+    bench.add_argument("--iterations", type=int, default=60, help="batches of the demo data")
+    bench.add_argument("--decode-ms", type=float, default=12.0, help="the demo's decode time per batch")
+    bench.add_argument("--json", action="store_true")
+    bench.set_defaults(func=_bench)
 
     parse = sub.add_parser("parse", help="read listener lines (trainperf, JSON lines, Deeplearning4j) into a table")
     parse.add_argument("log", help="the log file")

@@ -7,7 +7,33 @@ import time
 import warnings
 from typing import Any, TextIO
 
-__all__ = ["run_demo"]
+__all__ = ["run_demo", "demo_factories"]
+
+
+def demo_factories(
+    *, iterations: int = 60, decode_ms: float = 12.0, batch: int = 64
+) -> tuple[Any, Any]:
+    """``(make_model, make_loader)`` for the demo's model and its slow pipeline (used by ``trainperf bench``)."""
+    import torch
+
+    features, classes = 256, 10
+
+    class DecodingDataset(torch.utils.data.Dataset[tuple[Any, Any]]):
+        def __len__(self) -> int:
+            return iterations
+
+        def __getitem__(self, index: int) -> tuple[Any, Any]:
+            time.sleep(decode_ms / 1000.0)
+            g = torch.Generator().manual_seed(index)
+            return torch.randn(batch, features, generator=g), torch.randint(0, classes, (batch,), generator=g)
+
+    def make_model() -> Any:
+        return torch.nn.Sequential(torch.nn.Linear(features, 512), torch.nn.ReLU(), torch.nn.Linear(512, classes))
+
+    def make_loader() -> Any:
+        return torch.utils.data.DataLoader(DecodingDataset(), batch_size=None, num_workers=0)
+
+    return make_model, make_loader
 
 
 def run_demo(

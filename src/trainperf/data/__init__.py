@@ -1,5 +1,15 @@
-"""Fixes for input-bound training: background prefetching and pre-saved datasets."""
+"""Fixes for input-bound training: background prefetching, device prefetching, pre-saved datasets."""
 
+from ._device import DevicePrefetcher
 from ._prefetch import Prefetcher, prefetch
+from ._presave import CorruptShardError, PresavedDataset, load_presaved, presave
 
-__all__ = ["Prefetcher", "prefetch"]
+__all__ = [
+    "CorruptShardError",
+    "DevicePrefetcher",
+    "PresavedDataset",
+    "Prefetcher",
+    "load_presaved",
+    "prefetch",
+    "presave",
+]

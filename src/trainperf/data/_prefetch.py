@@ -61,22 +61,39 @@ class Prefetcher(Generic[T]):
 
     Args:
         source: any iterable (a DataLoader, a generator, a list).
-        depth: how many items may wait ready (a positive int); memory is bounded by it.
+        depth: how many items may wait ready (a positive int); memory is bounded by it: at most
+            ``depth`` items in the queue plus the one the thread is producing.
+        to_device: also copy each batch to this device one step ahead, on a side CUDA stream from
+            pinned memory (see :class:`DevicePrefetcher`); on a CPU device nothing more happens.
     """
 
-    def __init__(self, source: Iterable[T], depth: int = 2) -> None:
+    def __init__(self, source: Iterable[T], depth: int = 2, *, to_device: Any = None) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be a positive int, got {depth!r}")
         if not isinstance(source, Iterable):
             raise TypeError(f"source must be iterable, got {type(source).__name__}")
         self.source = source
         self.depth = depth
+        self.to_device = to_device
 
     def __len__(self) -> int:
         return len(self.source)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[T]:
-        return _PrefetchIterator(iter(self.source), self.depth)
+        background: Iterator[T] = _PrefetchIterator(iter(self.source), self.depth)
+        if self.to_device is not None:
+            from ._device import DevicePrefetcher
+
+            return iter(DevicePrefetcher(_Once(background), self.to_device))
+        return background
+
+
+class _Once(Iterable[T]):
+    def __init__(self, iterator: Iterator[T]) -> None:
+        self.iterator = iterator
+
+    def __iter__(self) -> Iterator[T]:
+        return self.iterator
 
 
 class _PrefetchIterator(Iterator[T]):
@@ -126,11 +143,11 @@ def _shutdown(stop: threading.Event, thread: threading.Thread) -> None:
     stop.set()
 
 
-def prefetch(source: Iterable[T], depth: int = 2) -> Prefetcher[T]:
+def prefetch(source: Iterable[T], depth: int = 2, *, to_device: Any = None) -> Prefetcher[T]:
     """Load the next ``depth`` items of ``source`` in the background while the loop trains.
 
     Example:
-        >>> for x, y in trainperf.data.prefetch(loader, depth=4):  # doctest: +SKIP
+        >>> for x, y in trainperf.data.prefetch(loader, depth=4, to_device="cuda"):  # doctest: +SKIP
         ...     train_step(x, y)
     """
-    return Prefetcher(source, depth)
+    return Prefetcher(source, depth, to_device=to_device)

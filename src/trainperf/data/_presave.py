@@ -1,0 +1,165 @@
+"""Pre-saving: build the batches once, write them to shards, and train from the shards."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["presave", "load_presaved", "PresavedDataset", "CorruptShardError"]
+
+MANIFEST = "manifest.json"
+FORMAT = "trainperf-presave/1"
+
+
+class CorruptShardError(OSError):
+    """A shard is missing, truncated or damaged; the message names it."""
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _crc32(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def presave(source: Iterable[Any], path: str | os.PathLike[str], *, batches_per_shard: int = 64) -> Path:
+    """Write every batch of ``source`` (tensors, nested tuples, lists and dicts of them) to shards.
+
+    Each shard is written to a temporary file and renamed into place; the manifest (batch counts,
+    sizes and CRC-32 checksums) is written last, so an interrupted pre-save leaves no manifest
+    and is never mistaken for a complete one.
+
+    Args:
+        source: the loader whose batches to keep (iterated once).
+        path: a folder, created if needed; existing shards there are replaced.
+        batches_per_shard: batches per file (a positive int).
+
+    Returns:
+        The folder.
+    """
+    import torch
+
+    if isinstance(batches_per_shard, bool) or not isinstance(batches_per_shard, int) or batches_per_shard < 1:
+        raise ValueError(f"batches_per_shard must be a positive int, got {batches_per_shard!r}")
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest_path = folder / MANIFEST
+    if manifest_path.exists():
+        manifest_path.unlink()
+    shards: list[dict[str, Any]] = []
+    pending: list[Any] = []
+
+    def flush() -> None:
+        name = f"shard-{len(shards):05d}.pt"
+        target = folder / name
+        _atomic_write(target, lambda f: torch.save(list(pending), f))
+        shards.append({"file": name, "batches": len(pending), "bytes": target.stat().st_size,
+                       "crc32": _crc32(target)})
+        pending.clear()
+
+    for batch in source:
+        pending.append(_to_cpu(batch))
+        if len(pending) == batches_per_shard:
+            flush()
+    if pending:
+        flush()
+    manifest = {"format": FORMAT, "batches": sum(s["batches"] for s in shards), "shards": shards}
+    _atomic_write(manifest_path, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+    return folder
+
+
+def _to_cpu(obj: Any) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, tuple):
+        return tuple(_to_cpu(o) for o in obj)
+    if isinstance(obj, list):
+        return [_to_cpu(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    return obj
+
+
+class PresavedDataset:
+    """The batches of a pre-saved folder, in order; iterate it like a loader (also inside ``prefetch``).
+
+    Shards are memory-mapped (``torch.load(mmap=True)``), so a pass reads only what it touches, and
+    they are checked against the manifest's size and checksum the first time they are opened.
+
+    Args:
+        path: a folder written by :func:`presave`.
+        verify: check each shard's CRC-32 when first opened (reads it once; default on).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, verify: bool = True) -> None:
+        self.path = Path(path)
+        manifest_path = self.path / MANIFEST
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(
+                f"{str(manifest_path)!r} not found: {str(self.path)!r} is not a complete pre-save"
+            ) from exc
+        except ValueError as exc:
+            raise CorruptShardError(f"{str(manifest_path)!r} is not valid JSON: {exc}") from exc
+        if manifest.get("format") != FORMAT:
+            raise CorruptShardError(f"{str(manifest_path)!r}: unknown format {manifest.get('format')!r}")
+        self.shards: list[dict[str, Any]] = manifest["shards"]
+        self.verify = verify
+        self._checked: set[str] = set()
+
+    def __len__(self) -> int:
+        return sum(int(s["batches"]) for s in self.shards)
+
+    def _load(self, shard: dict[str, Any]) -> list[Any]:
+        import torch
+
+        file = self.path / shard["file"]
+        if not file.exists():
+            raise CorruptShardError(f"shard {str(file)!r} is missing")
+        if shard["file"] not in self._checked:
+            size = file.stat().st_size
+            if size != shard["bytes"]:
+                raise CorruptShardError(f"shard {str(file)!r} is truncated or damaged: {size} bytes, "
+                                        f"the manifest says {shard['bytes']}")
+            if self.verify and _crc32(file) != shard["crc32"]:
+                raise CorruptShardError(f"shard {str(file)!r} is damaged: its checksum does not match the manifest")
+            self._checked.add(shard["file"])
+        try:
+            batches = torch.load(file, mmap=True, weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any failure to read is a damaged shard
+            raise CorruptShardError(f"shard {str(file)!r} cannot be read: {exc}") from exc
+        if not isinstance(batches, list) or len(batches) != shard["batches"]:
+            raise CorruptShardError(f"shard {str(file)!r} does not hold the {shard['batches']} batches listed")
+        return batches
+
+    def __iter__(self) -> Iterator[Any]:
+        for shard in self.shards:
+            yield from self._load(shard)
+
+
+def load_presaved(path: str | os.PathLike[str], *, verify: bool = True) -> PresavedDataset:
+    """Open a folder written by :func:`presave`; see :class:`PresavedDataset`."""
+    return PresavedDataset(path, verify=verify)
