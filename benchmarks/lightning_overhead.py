@@ -1,0 +1,74 @@
+"""The same small Lightning fit with no callback, with ``PerformanceCallback`` and with Lightning's
+``ThroughputMonitor``, in alternating rounds of one run. Ours must cost no more than ThroughputMonitor.
+
+Run: ``python benchmarks/lightning_overhead.py [--steps N] [--rounds R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+import warnings
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ThroughputMonitor
+
+from trainperf.lightning import PerformanceCallback
+
+warnings.filterwarnings("ignore")
+logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+torch.set_num_threads(1)
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 4)
+
+    def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.fc(x), y)
+
+    def configure_optimizers(self):  # type: ignore[no-untyped-def]
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def fit(variant: str, steps: int) -> float:
+    data = [(torch.randn(16, 32), torch.randint(0, 4, (16,))) for _ in range(steps)]
+    callbacks = {
+        "none": [],
+        "PerformanceCallback": [PerformanceCallback(10, sinks=[], report_gc=True, report_score=True)],
+        "ThroughputMonitor": [ThroughputMonitor(batch_size_fn=lambda b: b[0].shape[0], window_size=10)],
+    }[variant]
+    trainer = pl.Trainer(
+        max_epochs=1, callbacks=callbacks, logger=False, enable_progress_bar=False, enable_model_summary=False,
+        enable_checkpointing=False, accelerator="cpu", devices=1,
+    )
+    model = Tiny()
+    started = time.perf_counter()
+    trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=None))
+    return (time.perf_counter() - started) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    variants = ["none", "PerformanceCallback", "ThroughputMonitor"]
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    fit("none", 20)  # warm-up
+    for _ in range(args.rounds):
+        for v in variants:
+            times[v].append(fit(v, args.steps))
+    best = {v: min(t) for v, t in times.items()}
+    print(f"{args.steps} steps per fit, fastest of {args.rounds} alternating rounds, per step:")
+    for v in variants:
+        extra = "" if v == "none" else f"  (+{1e6 * (best[v] - best['none']):.1f} us over no callback)"
+        print(f"  {v:<20} {1e6 * best[v]:8.1f} us{extra}")
+
+
+if __name__ == "__main__":
+    main()
