@@ -19,6 +19,8 @@ def demo_factories(
     features, classes = 256, 10
 
     class DecodingDataset(torch.utils.data.Dataset[tuple[Any, Any]]):
+        """Stands in for reading and decoding files: each batch costs ``decode_ms`` of I/O wait."""
+
         def __len__(self) -> int:
             return iterations
 
@@ -59,28 +61,15 @@ def run_demo(
 
     out = out or sys.stdout
     torch.manual_seed(0)
-    features, classes = 256, 10
+    make_body, make_loader = demo_factories(iterations=iterations, decode_ms=decode_ms, batch=batch)
 
     class Net(ListenerModule, torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.body = torch.nn.Sequential(
-                torch.nn.Linear(features, 512), torch.nn.ReLU(), torch.nn.Linear(512, classes)
-            )
+            self.body = make_body()
 
         def forward(self, x: Any) -> Any:
             return self.body(x)
-
-    class DecodingDataset(torch.utils.data.Dataset[tuple[Any, Any]]):
-        """Stands in for reading and decoding files: each batch costs ``decode_ms`` of I/O wait."""
-
-        def __len__(self) -> int:
-            return iterations
-
-        def __getitem__(self, index: int) -> tuple[Any, Any]:
-            time.sleep(decode_ms / 1000.0)
-            g = torch.Generator().manual_seed(index)
-            return torch.randn(batch, features, generator=g), torch.randint(0, classes, (batch,), generator=g)
 
     def train(title: str, loader: Any) -> Any:
         print(f"\n== {title}", file=out, flush=True)
@@ -96,12 +85,12 @@ def run_demo(
         print(summary, file=out, flush=True)
         return listener, summary
 
-    slow_loader = torch.utils.data.DataLoader(DecodingDataset(), batch_size=None, num_workers=0)
+    slow_loader = make_loader()
     slow_listener, slow = train(
         f"1/2 slow input: every batch decoded on the training thread ({decode_ms:g} ms each, num_workers=0)",
         slow_loader,
     )
-    decoded = [DecodingDataset()[i] for i in range(iterations)]  # decode once, as pre-saving does
+    decoded = list(make_loader())  # decode once, as pre-saving does
     fixed_listener, fixed = train("2/2 fixed: batches decoded once up front (pre-saved) and kept in memory", decoded)
     print(
         f"\ndata wait: {slow.data_wait_pct:.0f}% of the run -> {fixed.data_wait_pct:.0f}%; "
