@@ -1,0 +1,217 @@
+"""The bulk reader: the lines of a long log nearly all share one layout and differ only in their numbers.
+
+For each block of lines this reader takes away the digits and dots of every line, which leaves the
+line's *shape* (its labels, units, collector names, logger prefix). Lines of one shape are read
+together: learned once from one line of that shape, the layout says which space-separated word
+holds which figure; every character but digits, dots, spaces and newlines is then dropped, and
+pandas' C reader turns the remaining words into columns of numbers in one pass. What does not fit
+(a shape seen too rarely, a word that is not a number, a label whose digits differ) goes to the
+line patterns of :mod:`trainperf._parse_lines`, which read anything; both give the same values.
+
+A line is read by a layout when its text without digits and dots is the same as the layout's line
+and every word that holds a figure there holds a number here. Digits inside labels (``gen0``,
+``p95``) are checked word by word against the layout's, so collectors cannot be swapped.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ._parse_lines import INTEGER_COLUMNS, TEXT_COLUMNS, TextRows, parse_line, scan_lines, to_float
+
+__all__ = ["Layout", "learn_layout", "read_bulk"]
+
+_NUMBER_CHARS = b"0123456789."
+_DROP = bytes(c for c in range(256) if c not in _NUMBER_CHARS + b" \n")
+_RUN = re.compile(rb"[0-9.]+")
+# Stand-ins written in place of one number of the layout's line to see which field it lands in;
+# four digits, so that even the 4-digit ``Device: [n]`` look-behind of the line pattern takes them.
+_PROBES = (b"8231", b"9472", b"7365")
+_CHANGES_MORE = "\x00"  # the parse changed otherwise than one number column taking the stand-in
+
+#: Bytes per block: big enough that pandas' per-call cost vanishes, small enough to stay in cache.
+CHUNK_BYTES = 1 << 22
+#: A shape needs this many lines in a block to be read in bulk; rarer lines take the line patterns.
+MIN_LINES = 256
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the figures stand in the lines of one shape.
+
+    Attributes:
+        words: how many space-separated words a line of this shape has.
+        values: word position -> column whose number that word holds.
+        fixed: word position -> the exact digits that word holds in every line (``gen0``'s ``0``).
+        constants: column -> value that every line of this shape has (``verdict``, ``warmup``, a
+            ``NaN`` score), as the line patterns read it.
+    """
+
+    words: int
+    values: dict[int, str]
+    fixed: dict[int, str]
+    constants: dict[str, Any]
+
+    def read(self, block: bytes, lines: int, pd: Any) -> Any | None:
+        """The figures of ``block`` (``lines`` lines of this shape, each ending in a newline) as a
+        DataFrame, or ``None`` when some line does not fit after all (a word that is not a number)."""
+        names = [f"w{i}" for i in range(self.words)]
+        dtypes: dict[str, Any] = {
+            f"w{at}": ("int64" if column in INTEGER_COLUMNS else "float64") for at, column in self.values.items()
+        }
+        dtypes.update({f"w{at}": "str" for at in self.fixed})
+        try:
+            found = pd.read_csv(
+                io.BytesIO(block.translate(None, _DROP)), sep=" ", header=None, names=names, usecols=list(dtypes),
+                dtype=dtypes, engine="c", quoting=3, skip_blank_lines=False,
+            )
+        except (ValueError, OverflowError):  # a word that is not a number (pandas' ParserError is a ValueError)
+            return None
+        if len(found) != lines:
+            return None
+        for at, digits in self.fixed.items():
+            if not (found[f"w{at}"] == digits).all():
+                return None
+        numbers = [f"w{at}" for at, column in self.values.items() if column not in INTEGER_COLUMNS]
+        if numbers and found[numbers].isna().to_numpy().any():
+            return None  # a word that holds a number in the layout is empty here
+        data: dict[str, Any] = {column: found[f"w{at}"].to_numpy() for at, column in self.values.items()}
+        for column, value in self.constants.items():
+            data[column] = pd.Series([value] * lines, dtype="object" if column in TEXT_COLUMNS else "float64")
+        frame = pd.DataFrame({column: data[column] for column in data})
+        return frame
+
+
+def learn_layout(line: bytes) -> Layout | None:
+    """The layout of ``line``'s shape, found by writing stand-in numbers into it one word at a time
+    and reading it with the line patterns. ``None`` when the line is not a listener line or a word
+    holds several numbers that matter (``1.0E-5``): lines of that shape take the line patterns."""
+    base = _fields(line)
+    if base is None:
+        return None
+    words = line.split(b" ")
+    values: dict[int, str] = {}
+    fixed: dict[int, str] = {}
+    for at, word in enumerate(words):
+        runs = list(_RUN.finditer(word))
+        effects = [_effect(words, at, run, base) for run in runs]
+        if not runs or all(effect is None for effect in effects):
+            continue
+        if len(runs) > 1:
+            return None
+        effect = effects[0]
+        if effect is None or effect == _CHANGES_MORE:
+            fixed[at] = runs[0].group().decode()
+        else:
+            values[at] = effect
+    if len(set(values.values())) != len(values):
+        return None
+    constants: dict[str, Any] = {}
+    for column, text in base.items():
+        if column in values.values():
+            continue
+        if column == "warmup":
+            constants[column] = True
+        elif column in TEXT_COLUMNS:
+            constants[column] = text
+        else:
+            constants[column] = to_float(text)
+    return Layout(words=len(words), values=values, fixed=fixed, constants=constants)
+
+
+def _fields(line: bytes) -> dict[str, Any] | None:
+    return parse_line(line.decode("utf-8", errors="replace"))
+
+
+def _effect(words: list[bytes], at: int, run: re.Match[bytes], base: dict[str, Any]) -> str | None:
+    """What writing other numbers in place of ``run`` (in word ``at``) does to the parse: nothing
+    (``None``), one number column takes them (its name), or anything else (``_CHANGES_MORE``)."""
+    seen: set[str | None] = set()
+    for probe in [p for p in _PROBES if p != run.group()][:2]:
+        word = words[at]
+        changed = _fields(b" ".join([*words[:at], word[: run.start()] + probe + word[run.end() :], *words[at + 1 :]]))
+        if changed == base:
+            seen.add(None)
+            continue
+        if changed is None or changed.keys() != base.keys():
+            return _CHANGES_MORE
+        differing = [column for column in base if changed[column] != base[column]]
+        if len(differing) != 1 or differing[0] in TEXT_COLUMNS or changed[differing[0]] != probe.decode():
+            return _CHANGES_MORE
+        seen.add(differing[0])
+    return seen.pop() if len(seen) == 1 else _CHANGES_MORE
+
+
+def _blocks(data: bytes, size: int) -> Iterator[bytes]:
+    """``data`` (whole lines) in blocks of about ``size`` bytes, each ending with a newline."""
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", min(start + size, len(data)) - 1) + 1 or len(data)
+        yield data[start:end]
+        start = end
+
+
+def read_bulk(data: bytes, pd: Any) -> Any:
+    """The figures of every listener line in ``data`` (whole lines, each ending in a newline) as a
+    DataFrame in line order: numbers as float64 (int64 for whole-number columns read in bulk),
+    ``verdict`` as text, ``warmup`` as bool where present."""
+    import numpy as np
+
+    layouts: dict[bytes, Layout | None] = {}
+    pieces: list[tuple[Any, Any]] = []  # (line numbers, frame)
+    leftovers: list[tuple[int, bytes]] = []  # lines for the line patterns, with their numbers
+    first = 0
+    for block in _blocks(data, CHUNK_BYTES):
+        shapes = block.translate(None, _NUMBER_CHARS).split(b"\n")
+        shapes.pop()  # after the last newline
+        count = len(shapes)
+        uniform = shapes.count(shapes[0]) == count
+        groups: dict[bytes, list[int]] = {shapes[0]: []} if uniform else {}
+        if not uniform:
+            for i, shape in enumerate(shapes):
+                groups.setdefault(shape, []).append(i)
+        lines: list[bytes] | None = None
+        for shape, rows in groups.items():
+            if b"iteration " not in shape:
+                continue  # not a listener line, whatever its numbers
+            if lines is None and not uniform:
+                lines = block.split(b"\n")
+            size = count if uniform else len(rows)
+            frame = None
+            if size >= MIN_LINES:
+                if shape not in layouts:
+                    layouts[shape] = learn_layout(block[: block.find(b"\n")] if uniform else lines[rows[0]])  # type: ignore[index]
+                layout = layouts[shape]
+                if layout is not None:
+                    text = block if uniform else b"\n".join([lines[i] for i in rows]) + b"\n"  # type: ignore[index]
+                    frame = layout.read(text, size, pd)
+            numbers = np.arange(first, first + count) if uniform else np.asarray(rows, dtype=np.int64) + first
+            if frame is not None:
+                pieces.append((numbers, frame))
+                continue
+            if lines is None:
+                lines = block.split(b"\n")
+            picked = range(count) if uniform else rows
+            leftovers.extend(zip(numbers.tolist(), [lines[i] for i in picked], strict=True))
+        first += count
+    if leftovers:
+        pieces.append(_read_leftovers(leftovers, pd, np))
+    if not pieces:
+        return TextRows(raw={"iteration": []}).to_frame(pd)
+    numbers = np.concatenate([p[0] for p in pieces])
+    frame = pd.concat([p[1] for p in pieces], ignore_index=True, sort=False)
+    if len(pieces) > 1 and not (np.diff(numbers) > 0).all():
+        frame = frame.take(np.argsort(numbers, kind="stable")).reset_index(drop=True)
+    return frame
+
+
+def _read_leftovers(leftovers: list[tuple[int, bytes]], pd: Any, np: Any) -> tuple[Any, Any]:
+    text = b"\n".join(line for _, line in leftovers).decode("utf-8", errors="replace")
+    rows = scan_lines(text, numbered=True)
+    assert rows.lines is not None
+    numbers = np.asarray([leftovers[i][0] for i in rows.lines], dtype=np.int64)
+    return numbers, rows.to_frame(pd)

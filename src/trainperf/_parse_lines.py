@@ -1,0 +1,263 @@
+"""The line patterns: read listener fields out of any text, line by line, whatever stands around them.
+
+This is the reader that accepts every layout (missing fields, other collectors, odd values); the bulk
+reader in :mod:`trainperf._parse_bulk` handles the regular majority of a large log faster and hands
+the rest to this one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["COLUMNS", "INTEGER_COLUMNS", "TextRows", "parse_line", "scan_lines", "split_json_lines", "to_float"]
+
+#: The fixed columns, in order; ``gc.<name>.count`` / ``gc.<name>.ms`` follow per collector.
+COLUMNS = (
+    "iteration", "etl_ms", "iteration_ms", "samples_per_sec", "batches_per_sec", "score", "device",
+    "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms", "etl_max_ms", "epoch", "rank", "warmup",
+    "verdict", "verdict_pct",
+)
+#: Columns whose values are whole numbers: a DataFrame holds them as integers where none is missing.
+INTEGER_COLUMNS = ("iteration", "epoch", "rank", "device")
+TEXT_COLUMNS = ("verdict", "warmup")
+_NUMERIC = frozenset(COLUMNS) - set(TEXT_COLUMNS)
+
+_NUM = r"([^ ;\n]*)"  # checked when converted: what is not a number becomes missing
+# Every field but ``iteration N`` is optional, as either listener leaves out what it was told
+# not to report.
+_BODY = (
+    r"iteration (\d+);"
+    rf"(?: iteration time: {_NUM} ms;)?"
+    rf"(?: samples/sec: {_NUM};)?"
+    rf"(?: batches/sec: {_NUM};)?"
+    rf"(?: score: {_NUM};)?"
+    r"(?: GC: ((?:\[[^\]\n]*\](?:, )?)*);)?"
+    rf"(?: iteration p50: {_NUM} ms;)?"
+    rf"(?: p95: {_NUM} ms;)?"
+    rf"(?: max: {_NUM} ms;)?"
+    rf"(?: ETL max: {_NUM} ms;)?"
+    r"(?: epoch: (\d+);)?"
+    r"(?: rank: (\d+);)?"
+    r"( warm-up;)?"
+    r"(?: verdict: ([\w-]+) \((?:(\d+(?:\.\d+)?)%)?[^\n]*\);)?"
+    r"[^\n]*"  # fields added after these are tolerated
+)
+# The fast pattern starts with a literal, which the engine finds with a plain substring search, so
+# whatever stands before the fields (timestamps, levels, logger names) costs almost nothing. The
+# optional ``Device: [n]; `` prefix is read with fixed-width look-behinds (up to 4 digits).
+_DEVICE = "|".join(rf"(?<=Device: \[(\d{{{w}}})\]; ETL: )" for w in range(1, 5))
+_FAST = re.compile(rf"ETL: (?:{_DEVICE})?{_NUM} ms; {_BODY}")
+# The general pattern also reads lines without ``ETL`` (report_etl=False); it is slower, so it runs
+# only when such lines exist.
+_GENERAL = re.compile(rf"^[^\n]*?(?:Device: \[(\d+)\]; )?(?:ETL: {_NUM} ms; )?{_BODY}", re.MULTILINE)
+_GROUPS = (
+    "device", "etl_ms", "iteration", "iteration_ms", "samples_per_sec", "batches_per_sec", "score", "gc",
+    "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms", "etl_max_ms", "epoch", "rank", "warmup",
+    "verdict", "verdict_pct",
+)
+# ``[PS Scavenge: 2 (1ms)]``, ``[gen0: 3 (0.41ms)]``, ``[cuda_alloc_retries: 1]``; a newline marks a line's end.
+_GC = re.compile(r"\[([^:\]\n]+): (\d+)(?: \(" + _NUM + r" ?ms\))?\]|(\n)")
+
+
+def to_float(text: Any) -> float | None:
+    """A number from a field's text (``NaN``/``Infinity`` included); ``None`` for anything else."""
+    if text is None or text == "" or isinstance(text, bool):
+        return None
+    if isinstance(text, (int, float)):
+        return float(text)
+    try:
+        return float(text)  # float() reads NaN, Infinity, inf
+    except (ValueError, TypeError):
+        return None
+
+
+@dataclass
+class TextRows:
+    """Field texts of listener lines, column by column, as the line patterns found them.
+
+    Values stay text until asked for (JSON rows hold numbers); :meth:`to_frame` converts every
+    column at once through pandas' C reader. ``lines`` numbers each row's line when asked for.
+    """
+
+    raw: dict[str, list[Any]] = field(default_factory=dict)
+    rows: int = 0
+    lines: list[int] | None = None
+
+    def column(self, name: str) -> list[Any]:
+        """One column: numbers as floats (``None`` where missing), ``verdict`` as text, ``warmup`` as bool."""
+        values = self.raw[name]
+        if name == "verdict":
+            return [v or None for v in values]
+        if name == "warmup":
+            return [bool(v) for v in values]
+        return [to_float(v) for v in values]
+
+    def to_frame(self, pd: Any) -> Any:
+        """A DataFrame: numbers as float64, ``verdict`` as text, ``warmup`` as bool."""
+        names = list(self.raw)
+        if not self.rows:
+            return pd.DataFrame({name: pd.Series(dtype="float64") for name in names})
+        # ``\x1f`` (unit separator) cannot stand in a field: the patterns stop at spaces and ``;``,
+        # JSON numbers are written by ``str``, and the ``verdict`` word is ``[\w-]+``.
+        columns = [["" if v is None else ("1" if v is True else str(v)) for v in self.raw[name]] for name in names]
+        text = "\n".join(map("\x1f".join, zip(*columns, strict=True)))
+        dtypes = {name: ("object" if name in TEXT_COLUMNS else "float64") for name in names}
+        try:
+            frame = _read_separated(pd, text, names, dtypes)
+        except ValueError:
+            # a stray non-number somewhere: read everything as text, then coerce column by column
+            frame = _read_separated(pd, text, names, dict.fromkeys(names, "object"))
+            for name in names:
+                if dtypes[name] == "float64":
+                    frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
+        if "warmup" in frame:
+            frame["warmup"] = frame["warmup"].notna()
+        return frame
+
+
+def _read_separated(pd: Any, text: str, names: list[str], dtypes: dict[str, str]) -> Any:
+    return pd.read_csv(
+        io.StringIO(text), sep="\x1f", header=None, names=names, dtype=dtypes, quoting=3, engine="c",
+        skip_blank_lines=False,
+    )
+
+
+def scan_lines(text: str, *, numbered: bool = False) -> TextRows:
+    """The listener lines in ``text`` (lines that are not listener lines are passed over).
+
+    With ``numbered``, :attr:`TextRows.lines` gives each row's line number in ``text`` (from 0).
+    """
+    matches, shift, starts = _find(text, numbered)
+    columns: dict[str, list[Any]] = {}
+    for i, name in enumerate(_GROUPS):
+        if name == "gc":
+            continue
+        if name == "device" and shift:
+            found = [m[0] or m[1] or m[2] or m[3] for m in matches] if "Device: [" in text else [""] * len(matches)
+        else:
+            at = i + shift
+            found = [m[at] for m in matches]
+        columns[name] = found
+    gc_columns: dict[str, list[Any]] = {}
+    gc_at = _GROUPS.index("gc") + shift
+    _parse_gc([m[gc_at] for m in matches], 0, len(matches), gc_columns)
+    raw = {name: columns[name] for name in COLUMNS if name == "iteration" or any(columns[name])}
+    raw.update(gc_columns)
+    lines = None
+    if numbered:
+        newlines = [m.start() for m in re.finditer("\n", text)]
+        lines = [bisect.bisect_left(newlines, start) for start in starts]
+    return TextRows(raw=raw, rows=len(matches), lines=lines)
+
+
+def parse_line(line: str) -> dict[str, Any] | None:
+    """The fields of one line as text (``None`` if it is not a listener line)."""
+    rows = scan_lines(line)
+    if rows.rows != 1:
+        return None
+    return {name: values[0] for name, values in rows.raw.items() if values[0] not in ("", None)}
+
+
+def _find(text: str, numbered: bool) -> tuple[list[tuple[str, ...]], int, list[int]]:
+    """The listener lines' captured fields, the offset of ``device`` in each tuple (the fast pattern
+    holds four device groups, of which one at most matched; the general one holds one), and, when
+    ``numbered``, where each match starts."""
+    # Every listener line has an ETL field unless ``iteration N;`` stands without ``ms; `` before it.
+    count = text.count("iteration ") - text.count("iteration time") - text.count("iteration p50")
+    pattern, shift = (_FAST, 3) if count == text.count(" ms; iteration ") else (_GENERAL, 0)
+    if not numbered:
+        return pattern.findall(text), shift, []
+    found = [(m.start(), m.groups("")) for m in pattern.finditer(text)]
+    return [groups for _, groups in found], shift, [start for start, _ in found]
+
+
+def _parse_gc(texts: list[str], start: int, n: int, out: dict[str, list[Any]]) -> None:
+    """Fill ``gc.<name>.count`` / ``gc.<name>.ms`` columns for rows ``start`` to ``n`` from GC fields."""
+    if not any(texts):
+        return
+    if _parse_gc_uniform(texts, start, out):
+        return
+    row = start
+    for name, count, ms, newline in _GC.findall("\n".join(texts) + "\n"):
+        if newline:
+            row += 1
+            continue
+        counts = out.get(f"gc.{name}.count")
+        if counts is None:
+            counts = out[f"gc.{name}.count"] = [None] * start + [""] * (n - start)
+            out[f"gc.{name}.ms"] = [None] * start + [""] * (n - start)
+        counts[row] = count
+        out[f"gc.{name}.ms"][row] = ms
+
+
+def _parse_gc_uniform(texts: list[str], start: int, out: dict[str, list[Any]]) -> bool:
+    """The common case, every line naming the same collectors in the same order: one pattern built
+    for that layout reads all lines in a single pass. Returns False when the layout varies."""
+    names = [m[0] for m in _GC.findall(texts[0]) if m[0]]
+    if not names or any(f"gc.{name}.count" in out for name in names):
+        return False
+    layout = re.compile(
+        "^"
+        + ", ".join(rf"\[{re.escape(name)}: (\d+)(?: \({_NUM} ?ms\))?\]" for name in names)
+        + "$",
+        re.MULTILINE,
+    )
+    found = layout.findall("\n".join(texts))
+    if len(found) != len(texts):
+        return False
+    for i, name in enumerate(names):
+        out[f"gc.{name}.count"] = [None] * start + [m[2 * i] for m in found]
+        out[f"gc.{name}.ms"] = [None] * start + [m[2 * i + 1] for m in found]
+    return True
+
+
+def split_json_lines(text: str) -> tuple[TextRows, str]:
+    """The rows of the JSON lines in ``text`` and the other lines."""
+    rest: list[str] = []
+    raw: dict[str, list[Any]] = {}
+    rows = 0
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if not stripped.startswith("{"):
+            rest.append(line)
+            continue
+        try:
+            obj = json.loads(stripped)
+        except ValueError:
+            continue
+        if not isinstance(obj, dict) or "iteration" not in obj:
+            continue
+        for key, value in _flatten_json(obj).items():
+            raw.setdefault(key, [None] * rows).append(value)
+        rows += 1
+        for values in raw.values():
+            if len(values) < rows:
+                values.append(None)
+    ordered = {name: raw[name] for name in itertools.chain(COLUMNS, raw) if name in raw}
+    return TextRows(raw=ordered, rows=rows), "\n".join(rest)
+
+
+def _flatten_json(obj: dict[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in obj.items():
+        if key == "gc" and isinstance(value, dict):
+            for name, stat in value.items():
+                if isinstance(stat, dict):
+                    flat[f"gc.{name}.count"] = stat.get("count")
+                    flat[f"gc.{name}.ms"] = stat.get("ms")
+        elif key == "verdict":
+            flat["verdict"] = value.get("kind") if isinstance(value, dict) else value
+            flat["verdict_pct"] = value.get("share") if isinstance(value, dict) else None
+        elif key == "warmup":
+            flat["warmup"] = "1" if value else ""
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            flat[key] = value
+        elif key in _NUMERIC:
+            flat[key] = value
+    return flat

@@ -1,0 +1,179 @@
+"""The bulk reader must give exactly what the line patterns give, on every kind of line."""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+import pytest
+
+import trainperf
+from trainperf import GCStat, PerformanceRecord, Verdict, _parse, _parse_bulk, format_line
+from trainperf._parse_bulk import learn_layout
+
+PREFIXES = [
+    "",
+    "2026-11-22 02:22:02,771 INFO trainperf - ",
+    "2019-03-01 10:00:00,123 INFO  [main] o.d.o.l.PerformanceListener - ",
+    "[rank 3] ",
+]
+
+
+def random_record(rng: random.Random, i: int) -> tuple[PerformanceRecord, str]:
+    """A record of one of 40 layouts (which fields, collectors, verdict kind), with random figures."""
+    layout = random.Random(rng.randrange(40))
+
+    def maybe(value: float) -> float | None:
+        return value if layout.random() > 0.1 else None
+
+    def number() -> float:
+        return rng.choice([rng.uniform(0, 50), rng.uniform(100, 9000), rng.uniform(0, 0.01), 0.0, 12.0])
+
+    names = layout.choice([("gen0", "gen1", "gen2"), ("gen1", "gen0", "gen2"), ("PS Scavenge", "PS MarkSweep"), ()])
+    share = rng.randint(20, 99)
+    verdict = layout.choice([
+        None,
+        Verdict("fine", 3.0, f"data wait {share % 20}%, GC 0% of step"),
+        Verdict("input-bound", float(share), f"{share}% of step waiting for data"),
+        Verdict("gc-bound", 12.5, "12.5% of step in garbage collection"),
+    ])
+    return PerformanceRecord(
+        iteration=10 * i, window_iterations=10, window_s=0.1, warmup=layout.random() < 0.05, timestamp=0.0,
+        etl_ms=maybe(number()), etl_max_ms=maybe(number()), iteration_ms=maybe(number()),
+        iteration_p50_ms=maybe(number()), iteration_p95_ms=maybe(number()), iteration_max_ms=maybe(number()),
+        samples_per_sec=maybe(layout.choice([number(), float("inf")])), batches_per_sec=maybe(number()),
+        score=maybe(layout.choice([rng.random(), float("nan"), -rng.random(), 1e-5])),
+        gc=tuple(GCStat(n, rng.randint(0, 12), layout.choice([number(), None])) for n in names),
+        epoch=layout.choice([None, i // 50]), rank=layout.choice([None, 0, 1]), verdict=verdict,
+    ), layout.choice(PREFIXES)
+
+
+NOISE = [
+    "Epoch 3: 100%|##########| 50/50 [00:01<00:00, 41.21it/s, loss=0.123]",
+    "starting iteration 5 of the warm-up",
+    "ETL: ; iteration ;",
+    "ETL: abc ms; iteration 7; samples/sec: 1.2.3;",
+    "ETL: 1 ms; iteration 8; iteration time: . ms;",
+    "iteration 99999999999999999999;",
+    "\x00\xff binary junk iteration 3;",
+    "",
+    "Device: [12]; ETL: 4 ms; iteration 9; iteration time: 5 ms; samples/sec: 6;",
+    "ETL: 0 ms; iteration 30; iteration time: 17 ms; samples/sec: 588.235; batches/sec: 58.824; score: "
+    "1.0E-5; GC: [G1 Young Generation: 1 (3ms)], [G1 Old Generation: 0 (0ms)];",
+    "ETL: 2 ms; iteration 40; iteration time: 17 ms; GC: [gen00: 1 (3ms)], [gen1: 0 (0ms)];",
+]
+
+
+def corpus(lines: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(1, lines + 1):
+        if rng.random() < 0.1:
+            out.append(rng.choice(NOISE))
+        else:
+            record, prefix = random_record(rng, i)
+            out.append(prefix + format_line(record))
+    return out
+
+
+@pytest.fixture
+def bulk(monkeypatch):
+    """Every log is read in bulk, in small blocks, where a shape has two lines or more in a block."""
+    monkeypatch.setattr(_parse, "BULK_MIN_BYTES", 0)
+    monkeypatch.setattr(_parse_bulk, "MIN_LINES", 2)
+    monkeypatch.setattr(_parse_bulk, "CHUNK_BYTES", 1 << 16)
+
+
+def by_line_patterns(lines: list[str]) -> tuple[pd.DataFrame, int]:
+    log = trainperf.parse_log(lines)
+    assert log._frame is None  # small: the line patterns read it
+    return log.to_pandas(), log.skipped
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bulk_reads_exactly_what_the_line_patterns_read(bulk, seed, monkeypatch):
+    lines = corpus(1500, seed)
+    read_in_bulk = []
+    read = _parse_bulk.Layout.read
+
+    def counting(self, block, count, pd):
+        frame = read(self, block, count, pd)
+        read_in_bulk.append(0 if frame is None else len(frame))
+        return frame
+
+    monkeypatch.setattr(_parse_bulk.Layout, "read", counting)
+    log = trainperf.parse_log(lines)
+    assert log._frame is not None
+    assert sum(read_in_bulk) > 0.5 * len(log) and len(read_in_bulk) > 20  # many layouts, most lines
+    got = log.to_pandas()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_parse, "BULK_MIN_BYTES", 1 << 62)
+        expected, skipped = by_line_patterns(lines)
+    assert log.skipped == skipped
+    pd.testing.assert_frame_equal(got, expected, check_exact=True)
+
+
+def test_regular_log_is_read_in_bulk_and_matches(bulk, monkeypatch):
+    rng = random.Random(7)
+    regular = [
+        "2026-11-22 02:22:02,771 INFO trainperf - " + format_line(
+            PerformanceRecord(
+                iteration=10 * i, window_iterations=10, window_s=0.1, warmup=i == 1, timestamp=0.0,
+                etl_ms=rng.uniform(0, 20), iteration_ms=rng.uniform(5, 50), samples_per_sec=rng.uniform(100, 9000),
+                batches_per_sec=7.0, score=rng.random(), epoch=i // 100,
+                gc=(GCStat("gen0", i % 7, 0.25), GCStat("gen1", 0, 0.0), GCStat("gen2", 1, rng.uniform(0, 30))),
+                verdict=Verdict("fine", 3.0, "data wait 3%, GC 0% of step"),
+            )
+        )
+        for i in range(1, 401)
+    ]
+    calls = []
+    read = _parse_bulk.Layout.read
+    monkeypatch.setattr(_parse_bulk, "MIN_LINES", 50)
+    monkeypatch.setattr(_parse_bulk, "CHUNK_BYTES", 1 << 22)
+    monkeypatch.setattr(_parse_bulk.Layout, "read", lambda self, *a: calls.append(a[1]) or read(self, *a))
+    got = trainperf.parse_log(regular).to_pandas()
+    assert calls == [399]  # one read for all lines of the regular shape; the warm-up line on its own
+    monkeypatch.setattr(_parse, "BULK_MIN_BYTES", 1 << 62)
+    expected, _ = by_line_patterns(regular)
+    pd.testing.assert_frame_equal(got, expected, check_exact=True)
+    assert got["warmup"].tolist() == [True] + [False] * 399
+    assert got["iteration"].dtype == "int64" and got["gc.gen0.count"].tolist()[:3] == [1.0, 2.0, 3.0]
+
+
+def test_layout_knows_values_from_label_digits():
+    line = (b"2026-11-22 02:22:02,771 INFO trainperf - ETL: 15.2 ms; iteration 10; iteration time: 33.9 ms; "
+            b"GC: [gen0: 2 (0.968ms)], [gen1: 0 (0ms)]; iteration p50: 33.9 ms; p95: 40.7 ms; epoch: 0; "
+            b"verdict: fine (data wait 3%, GC 0% of step);")
+    layout = learn_layout(line)
+    assert layout is not None
+    words = line.split(b" ")
+    named = {layout.values[at]: words[at] for at in layout.values}
+    assert named["etl_ms"] == b"15.2" and named["iteration"] == b"10;" and named["gc.gen1.ms"] == b"(0ms)];"
+    assert sorted(layout.fixed.values()) == ["0", "1", "50", "95"]  # gen0, gen1, p50, p95
+    assert layout.constants == {"verdict": "fine"}  # the 3% and 0% of a "fine" verdict are not a figure
+
+
+def test_words_with_several_numbers_that_matter_are_left_to_the_line_patterns():
+    assert learn_layout(b"ETL: 1 ms; iteration 5; score: 1.0E-5;") is None
+    assert learn_layout(b"no listener here 5") is None
+
+
+def test_collectors_in_another_order_are_not_mixed_up(bulk):
+    lines = [
+        "ETL: 1 ms; iteration 1; GC: [gen0: 5 (1ms)], [gen1: 6 (2ms)];",
+        "ETL: 1 ms; iteration 2; GC: [gen1: 7 (3ms)], [gen0: 8 (4ms)];",
+        "ETL: 1 ms; iteration 3; GC: [gen00: 9 (5ms)], [gen1: 1 (6ms)];",
+    ]
+    frame = trainperf.parse_log(lines).to_pandas()
+    assert frame["gc.gen0.count"].tolist()[:2] == [5, 8] and frame["gc.gen1.count"].tolist() == [6, 7, 1]
+    assert frame["gc.gen00.count"].tolist()[2] == 9
+
+
+def test_bulk_skips_and_counts_like_the_line_patterns(bulk, tmp_path):
+    path = tmp_path / "train.log"
+    good = "ETL: 0 ms; iteration 30; iteration time: 17 ms; samples/sec: 588.235;"
+    path.write_bytes(("starting\n" + good + "\n\n\x00\xff junk\n" + good + "\n" + good[:20]).encode())
+    log = trainperf.parse_log(path)
+    assert log._frame is not None and len(log) == 2 and log.skipped == 3 and log.truncated == 1
+    assert list(log)[0]["samples_per_sec"] == 588.235
