@@ -177,3 +177,17 @@ def test_bulk_skips_and_counts_like_the_line_patterns(bulk, tmp_path):
     log = trainperf.parse_log(path)
     assert log._frame is not None and len(log) == 2 and log.skipped == 3 and log.truncated == 1
     assert list(log)[0]["samples_per_sec"] == 588.235
+
+
+def test_a_line_of_the_same_shape_without_a_number_sends_its_block_to_the_line_patterns(bulk):
+    regular = [f"ETL: {i % 9}.5 ms; iteration {i}; iteration time: {i % 50} ms; samples/sec: {3 * i};"
+               for i in range(300)]
+    for odd in ("ETL:  ms; iteration 77; iteration time: 4 ms; samples/sec: 1;",  # same shape, ETL empty
+                "ETL: . ms; iteration 78; iteration time: 4 ms; samples/sec: 1;"):  # same shape, ETL not a number
+        lines = regular[:150] + [odd] + regular[150:]
+        got = trainperf.parse_log(lines).to_pandas()
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(_parse, "BULK_MIN_BYTES", 1 << 62)
+            expected, _ = by_line_patterns(lines)
+        pd.testing.assert_frame_equal(got, expected, check_exact=True)
+        assert len(got) == 301 and got["etl_ms"].isna().sum() == 1

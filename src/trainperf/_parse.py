@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -75,7 +76,7 @@ class ParsedLog:
             raise ImportError("to_pandas needs pandas: pip install 'trainperf[pandas]'") from exc
         with _no_cyclic_gc():
             frame = self._frame if self._frame is not None else _finish(self._text.to_frame(pd))  # type: ignore[union-attr]
-            frame = frame.copy()
+            frame = frame.copy(deep=not _copies_on_write(pd))
             frame["run"] = (frame["iteration"].diff() <= 0).cumsum().astype("int64")
             return frame
 
@@ -96,7 +97,7 @@ def _finish(frame: Any) -> Any:
     names += [c for c in frame.columns if c not in COLUMNS and not _is_gc_column(c)]
     for name in sorted(collectors, key=first_seen.__getitem__):
         names += [f"gc.{name}.count", f"gc.{name}.ms"]
-    frame = frame[names].copy()
+    frame = frame.reindex(columns=names)
     if "warmup" in frame:
         frame["warmup"] = frame["warmup"].eq(True)
     for name in INTEGER_COLUMNS:
@@ -174,14 +175,15 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
     if not complete:
         data = data[: data.rfind(b"\n") + 1]
         truncated = 1
-    lines = data.count(b"\n")
-    has_json = data.lstrip()[:1] == b"{" or b"\n{" in data
+    has_json = re.match(rb"\s*\{", data) is not None or b"\n{" in data
     pd = _pandas() if len(data) >= BULK_MIN_BYTES and not has_json else None
     if pd is not None:
         from ._parse_bulk import read_bulk
 
-        frame = _finish(read_bulk(data, pd))
+        frame, lines = read_bulk(data, pd)
+        frame = _finish(frame)
         return ParsedLog(frame=frame, skipped=lines - len(frame), truncated=truncated)
+    lines = data.count(b"\n")
     text = data.decode("utf-8", errors="replace")
     json_rows = TextRows()
     if has_json:
@@ -201,6 +203,11 @@ def _stack(first: TextRows, second: TextRows) -> TextRows:
         for name in dict.fromkeys(names)
     }
     return TextRows(raw=raw, rows=first.rows + second.rows)
+
+
+def _copies_on_write(pd: Any) -> bool:
+    """Whether pandas copies a frame's data only when one of its copies is written to (pandas 3)."""
+    return int(pd.__version__.split(".")[0]) >= 3 or bool(getattr(pd.options.mode, "copy_on_write", False) is True)
 
 
 def _pandas() -> Any:

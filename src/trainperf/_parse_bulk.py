@@ -35,8 +35,11 @@ _CHANGES_MORE = "\x00"  # the parse changed otherwise than one number column tak
 
 #: Bytes per block: big enough that pandas' per-call cost vanishes, small enough to stay in cache.
 CHUNK_BYTES = 1 << 22
-#: A shape needs this many lines in a block to be read in bulk; rarer lines take the line patterns.
-MIN_LINES = 256
+#: A shape is read in bulk once the log has shown this many of its lines; until then, and for rarer
+#: shapes, the line patterns read them.
+MIN_LINES = 128
+#: Shapes counted while they are too rare to learn; past this many, new shapes are not counted.
+MAX_COUNTED_SHAPES = 10_000
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,14 @@ class Layout:
     def read(self, block: bytes, lines: int, pd: Any) -> Any | None:
         """The figures of ``block`` (``lines`` lines of this shape, each ending in a newline) as a
         DataFrame, or ``None`` when some line does not fit after all (a word that is not a number)."""
-        names = [f"w{i}" for i in range(self.words)]
+        import numpy as np
+
+        whole, decimal = np.dtype("int64"), np.dtype("float64")
         dtypes: dict[str, Any] = {
-            f"w{at}": ("int64" if column in INTEGER_COLUMNS else "float64") for at, column in self.values.items()
+            f"w{at}": whole if column in INTEGER_COLUMNS else decimal for at, column in self.values.items()
         }
-        dtypes.update({f"w{at}": "str" for at in self.fixed})
+        dtypes.update({f"w{at}": str for at in self.fixed})
+        names = [f"w{i}" for i in range(self.words)]
         try:
             found = pd.read_csv(
                 io.BytesIO(block.translate(None, _DROP)), sep=" ", header=None, names=names, usecols=list(dtypes),
@@ -81,9 +87,8 @@ class Layout:
             return None  # a word that holds a number in the layout is empty here
         data: dict[str, Any] = {column: found[f"w{at}"].to_numpy() for at, column in self.values.items()}
         for column, value in self.constants.items():
-            data[column] = pd.Series([value] * lines, dtype="object" if column in TEXT_COLUMNS else "float64")
-        frame = pd.DataFrame({column: data[column] for column in data})
-        return frame
+            data[column] = np.full(lines, value, dtype=object if column in TEXT_COLUMNS else np.float64)
+        return pd.DataFrame(data)
 
 
 def learn_layout(line: bytes) -> Layout | None:
@@ -155,15 +160,40 @@ def _blocks(data: bytes, size: int) -> Iterator[bytes]:
         start = end
 
 
-def read_bulk(data: bytes, pd: Any) -> Any:
+@dataclass
+class _Pending:
+    """Lines of one shape waiting to be read together, with their line numbers."""
+
+    numbers: list[Any]
+    blocks: list[bytes]
+    lines: int = 0
+    size: int = 0
+
+
+def read_bulk(data: bytes, pd: Any) -> tuple[Any, int]:
     """The figures of every listener line in ``data`` (whole lines, each ending in a newline) as a
-    DataFrame in line order: numbers as float64 (int64 for whole-number columns read in bulk),
-    ``verdict`` as text, ``warmup`` as bool where present."""
+    DataFrame in line order (numbers as float64, int64 for whole-number columns read in bulk,
+    ``verdict`` as text, ``warmup`` as bool where present), and how many lines ``data`` has."""
     import numpy as np
 
     layouts: dict[bytes, Layout | None] = {}
+    counted: dict[bytes, int] = {}  # lines seen of shapes still too rare to learn
+    pending: dict[bytes, _Pending] = {}
     pieces: list[tuple[Any, Any]] = []  # (line numbers, frame)
     leftovers: list[tuple[int, bytes]] = []  # lines for the line patterns, with their numbers
+
+    def flush(shape: bytes) -> None:
+        waiting = pending.pop(shape)
+        layout = layouts[shape]
+        assert layout is not None
+        text = b"".join(waiting.blocks)
+        numbers = np.concatenate(waiting.numbers)
+        frame = layout.read(text, waiting.lines, pd)
+        if frame is not None:
+            pieces.append((numbers, frame))
+        else:
+            leftovers.extend(zip(numbers.tolist(), text.split(b"\n"), strict=False))
+
     first = 0
     for block in _blocks(data, CHUNK_BYTES):
         shapes = block.translate(None, _NUMBER_CHARS).split(b"\n")
@@ -174,39 +204,46 @@ def read_bulk(data: bytes, pd: Any) -> Any:
         if not uniform:
             for i, shape in enumerate(shapes):
                 groups.setdefault(shape, []).append(i)
-        lines: list[bytes] | None = None
+        lines = None if uniform else block.split(b"\n")
         for shape, rows in groups.items():
             if b"iteration " not in shape:
                 continue  # not a listener line, whatever its numbers
-            if lines is None and not uniform:
-                lines = block.split(b"\n")
             size = count if uniform else len(rows)
-            frame = None
-            if size >= MIN_LINES:
-                if shape not in layouts:
-                    layouts[shape] = learn_layout(block[: block.find(b"\n")] if uniform else lines[rows[0]])  # type: ignore[index]
+            if shape in layouts:
                 layout = layouts[shape]
-                if layout is not None:
-                    text = block if uniform else b"\n".join([lines[i] for i in rows]) + b"\n"  # type: ignore[index]
-                    frame = layout.read(text, size, pd)
+            elif counted.get(shape, 0) + size >= MIN_LINES:
+                counted.pop(shape, None)
+                layout = layouts[shape] = learn_layout(block[: block.find(b"\n")] if lines is None else lines[rows[0]])
+            else:
+                if shape in counted or len(counted) < MAX_COUNTED_SHAPES:
+                    counted[shape] = counted.get(shape, 0) + size
+                layout = None
             numbers = np.arange(first, first + count) if uniform else np.asarray(rows, dtype=np.int64) + first
-            if frame is not None:
-                pieces.append((numbers, frame))
+            picked = [block] if lines is None else [b"\n".join([lines[i] for i in rows]), b"\n"]
+            if layout is None:
+                text = b"".join(picked)
+                leftovers.extend(zip(numbers.tolist(), text.split(b"\n"), strict=False))
                 continue
-            if lines is None:
-                lines = block.split(b"\n")
-            picked = range(count) if uniform else rows
-            leftovers.extend(zip(numbers.tolist(), [lines[i] for i in picked], strict=True))
+            waiting = pending.setdefault(shape, _Pending(numbers=[], blocks=[]))
+            waiting.numbers.append(numbers)
+            waiting.blocks.extend(picked)
+            waiting.lines += size
+            waiting.size += sum(map(len, picked))
+            if waiting.size >= CHUNK_BYTES:
+                flush(shape)
         first += count
+    for shape in list(pending):
+        flush(shape)
     if leftovers:
         pieces.append(_read_leftovers(leftovers, pd, np))
     if not pieces:
-        return TextRows(raw={"iteration": []}).to_frame(pd)
+        return TextRows(raw={"iteration": []}).to_frame(pd), first
+    pieces.sort(key=lambda piece: int(piece[0][0]) if len(piece[0]) else -1)  # often no interleaving is left
     numbers = np.concatenate([p[0] for p in pieces])
     frame = pd.concat([p[1] for p in pieces], ignore_index=True, sort=False)
     if len(pieces) > 1 and not (np.diff(numbers) > 0).all():
         frame = frame.take(np.argsort(numbers, kind="stable")).reset_index(drop=True)
-    return frame
+    return frame, first
 
 
 def _read_leftovers(leftovers: list[tuple[int, bytes]], pd: Any, np: Any) -> tuple[Any, Any]:
