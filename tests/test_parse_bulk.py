@@ -191,3 +191,18 @@ def test_a_line_of_the_same_shape_without_a_number_sends_its_block_to_the_line_p
             expected, _ = by_line_patterns(lines)
         pd.testing.assert_frame_equal(got, expected, check_exact=True)
         assert len(got) == 301 and got["etl_ms"].isna().sum() == 1
+
+
+def test_a_log_over_a_mebibyte_is_read_in_bulk_with_the_default_settings(tmp_path):
+    lines = corpus(5000, seed=11)
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines * 2) + "\n")
+    assert path.stat().st_size >= _parse.BULK_MIN_BYTES
+    log = trainperf.parse_log(path)
+    assert log._frame is not None
+    got = log.to_pandas()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_parse, "BULK_MIN_BYTES", 1 << 62)
+        expected = trainperf.parse_log(path)
+    assert log.skipped == expected.skipped
+    pd.testing.assert_frame_equal(got, expected.to_pandas(), check_exact=True)

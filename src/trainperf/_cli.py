@@ -20,8 +20,10 @@ def _demo(args: argparse.Namespace) -> int:
 def _parse(args: argparse.Namespace) -> int:
     from ._parse import parse_log
 
-    log = parse_log(args.log)
     out: str | None = args.output
+    if out is not None and not out.endswith((".csv", ".jsonl", ".json")):
+        raise ValueError(f"--output must end in .csv or .jsonl, got {out!r}")
+    log = parse_log(args.log)
     print(f"{args.log}: {len(log)} listener lines, {log.skipped} other lines skipped"
           + (", a cut-off last line skipped" if log.truncated else ""), file=sys.stderr)
     if out is None:
@@ -31,10 +33,8 @@ def _parse(args: argparse.Namespace) -> int:
     frame = log.to_pandas()
     if out.endswith(".csv"):
         _atomic_write(out, lambda f: frame.to_csv(f, index=False))
-    elif out.endswith((".jsonl", ".json")):
-        _atomic_write(out, lambda f: frame.to_json(f, orient="records", lines=True))
     else:
-        raise ValueError(f"--output must end in .csv or .jsonl, got {out!r}")
+        _atomic_write(out, lambda f: frame.to_json(f, orient="records", lines=True))
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

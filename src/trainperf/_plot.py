@@ -76,7 +76,8 @@ def plot(data: Any, *, title: str | None = None) -> Any:
 
     if "run" not in frame:
         frame = frame.assign(run=(x.diff() <= 0).cumsum())
-    runs = list(frame.groupby("run", sort=True))
+    runs = [(key, _thin(part)) for key, part in frame.groupby("run", sort=True)]
+    thinned = max(part.attrs.get("windows_per_point", 1) for _, part in runs)
     fig = Figure(figsize=(9, 2.1 * len(panels) + 0.6), layout="constrained")
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     markers = ["", "", "o", "s", "^", "D"]
@@ -91,18 +92,46 @@ def plot(data: Any, *, title: str | None = None) -> Any:
                 color = style.get("color") if len(runs) == 1 else f"C{(r * len(lines) + j) % 10}"
                 ax.plot(part["iteration"], part[column], label=shown, linewidth=1.4,
                         **{**style, **run_style, "color": color})
+                if j == 0 and f"{column}:min" in part:
+                    ax.fill_between(part["iteration"], part[f"{column}:min"], part[f"{column}:max"], color=color,
+                                    alpha=0.15, linewidth=0, label=None if r or len(runs) > 1 else "min-max")
         ax.set_ylabel(label, fontsize=9)
         ax.grid(True, alpha=0.3)
         if label != "score (loss)":
             ax.set_ylim(bottom=0)
-        if len(lines) > 1 or len(runs) > 1:
-            ax.legend(loc="upper right", fontsize=7, frameon=False)
+        if len(lines) > 1 or len(runs) > 1 or thinned > 1:
+            ax.legend(loc="upper right", fontsize=7, framealpha=0.8)
     if "warmup" in frame and frame["warmup"].astype(bool).any():
-        for _, part in runs:
+        for _, part in frame.groupby("run", sort=True):
             warm = part[part["warmup"].astype(bool)]
             if len(warm):
                 for ax in axes:
                     ax.axvspan(0, warm["iteration"].max(), color="grey", alpha=0.12, linewidth=0)
     axes[-1].set_xlabel("iteration")
-    fig.suptitle(title or "training performance (grey: warm-up window)", fontsize=11)
+    heading = title or "training performance (grey: warm-up window)"
+    if thinned > 1:
+        heading += f"\neach point: mean of {thinned} report windows, band: their min-max"
+    fig.suptitle(heading, fontsize=11)
     return fig
+
+
+#: A run with more report windows than this is drawn as bucket means; more points than pixels
+#: only paint a solid block.
+MAX_POINTS = 1000
+
+
+def _thin(part: Any) -> Any:
+    """``part`` with at most about :data:`MAX_POINTS` rows: consecutive windows averaged in equal
+    buckets, with each number column's bucket minimum and maximum as ``<column>:min``/``:max``."""
+    if len(part) <= MAX_POINTS:
+        return part
+    import numpy as np
+
+    size = -(-len(part) // MAX_POINTS)  # windows per point, rounded up
+    numbers = part.select_dtypes("number")
+    buckets = numbers.groupby(np.arange(len(part)) // size, sort=True)
+    thinned = buckets.mean()
+    low, high = buckets.min().add_suffix(":min"), buckets.max().add_suffix(":max")
+    thinned = thinned.join(low).join(high)
+    thinned.attrs["windows_per_point"] = size
+    return thinned
