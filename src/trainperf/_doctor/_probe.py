@@ -167,7 +167,7 @@ def measure(model: Any, loader: Any, *, steps: int = 5, loss_fn: Any = None) -> 
     import torch
 
     from .._gc import GCMonitor
-    from ..torch._batch import batch_size
+    from ..torch._batch import batch_size, map_tensors
 
     result = Measurement()
     param = next(model.parameters(), None) if model is not None else None
@@ -198,14 +198,14 @@ def measure(model: Any, loader: Any, *, steps: int = 5, loss_fn: Any = None) -> 
                 continue_warm = False
             step_started = time.perf_counter()
             if model is not None:
-                moved = _to(inputs, device)
+                moved = map_tensors(inputs, lambda t: t.to(device))
                 with torch.enable_grad():
                     if isinstance(moved, dict):
                         out = model(**moved)
                     else:
                         out = model(*moved) if isinstance(moved, tuple) else model(moved)
                     if loss_fn is not None and isinstance(batch, (list, tuple)) and len(batch) == 2:
-                        loss = loss_fn(out, _to(batch[1], device))
+                        loss = loss_fn(out, map_tensors(batch[1], lambda t: t.to(device)))
                     else:
                         loss = sum(t.float().mean() for t in _tensors(out) if t.is_floating_point())
                     if isinstance(loss, torch.Tensor) and loss.requires_grad:
@@ -229,16 +229,3 @@ def measure(model: Any, loader: Any, *, steps: int = 5, loss_fn: Any = None) -> 
         result.alloc_retries = torch.cuda.memory_stats(device).get("num_alloc_retries", 0) - retries_before
     return result
 
-
-def _to(obj: Any, device: Any) -> Any:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, tuple):
-        return tuple(_to(o, device) for o in obj)
-    if isinstance(obj, list):
-        return [_to(o, device) for o in obj]
-    if isinstance(obj, dict):
-        return {k: _to(v, device) for k, v in obj.items()}
-    return obj

@@ -8,20 +8,6 @@ from typing import Any
 __all__ = ["DevicePrefetcher"]
 
 
-def _map(obj: Any, fn: Any) -> Any:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if isinstance(obj, tuple):
-        return tuple(_map(o, fn) for o in obj)
-    if isinstance(obj, list):
-        return [_map(o, fn) for o in obj]
-    if isinstance(obj, dict):
-        return {k: _map(v, fn) for k, v in obj.items()}
-    return obj
-
-
 class DevicePrefetcher:
     """Iterates ``source`` one batch ahead: while the loop trains on batch N, batch N+1 is pinned
     and copied to ``device`` on a separate CUDA stream. Before a batch is handed over, the training
@@ -45,6 +31,8 @@ class DevicePrefetcher:
     def __iter__(self) -> Iterator[Any]:
         import torch
 
+        from ..torch._batch import map_tensors
+
         if self.device.type != "cuda":
             yield from self.source
             return
@@ -53,7 +41,7 @@ class DevicePrefetcher:
 
         def start_copy(batch: Any) -> Any:
             with torch.cuda.stream(stream):
-                return _map(
+                return map_tensors(
                     batch,
                     lambda t: (t.pin_memory() if pin and t.device.type == "cpu" and not t.is_pinned() else t).to(
                         self.device, non_blocking=True
@@ -68,7 +56,7 @@ class DevicePrefetcher:
         def hand_over(batch: Any) -> Any:
             current = torch.cuda.current_stream(self.device)
             current.wait_stream(stream)  # the copy is done before the step uses the batch
-            _map(batch, lambda t: t.record_stream(current))  # its memory belongs to the step now
+            map_tensors(batch, lambda t: t.record_stream(current))  # its memory belongs to the step now
             return batch
 
         for batch in iterator:

@@ -59,6 +59,8 @@ def presave(source: Iterable[Any], path: str | os.PathLike[str], *, batches_per_
     """
     import torch
 
+    from ..torch._batch import map_tensors
+
     if isinstance(batches_per_shard, bool) or not isinstance(batches_per_shard, int) or batches_per_shard < 1:
         raise ValueError(f"batches_per_shard must be a positive int, got {batches_per_shard!r}")
     folder = Path(path)
@@ -78,7 +80,7 @@ def presave(source: Iterable[Any], path: str | os.PathLike[str], *, batches_per_
         pending.clear()
 
     for batch in source:
-        pending.append(_to_cpu(batch))
+        pending.append(map_tensors(batch, lambda t: t.detach().cpu()))
         if len(pending) == batches_per_shard:
             flush()
     if pending:
@@ -87,19 +89,6 @@ def presave(source: Iterable[Any], path: str | os.PathLike[str], *, batches_per_
     _atomic_write(manifest_path, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
     return folder
 
-
-def _to_cpu(obj: Any) -> Any:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
-    if isinstance(obj, tuple):
-        return tuple(_to_cpu(o) for o in obj)
-    if isinstance(obj, list):
-        return [_to_cpu(o) for o in obj]
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    return obj
 
 
 class PresavedDataset:

@@ -1,9 +1,12 @@
 """The adapter for plain PyTorch loops: ``ListenerModule``, ``attach`` and ``timed``."""
 
 from ._attach import Attachment, attach, detach
-from ._batch import batch_size
+from ._batch import batch_size, map_tensors
 from ._cuda import CudaEventTimer
 from ._loader import TimedLoader, timed
 from ._module import ListenerModule
 
-__all__ = ["Attachment", "CudaEventTimer", "ListenerModule", "TimedLoader", "attach", "batch_size", "detach", "timed"]
+__all__ = [
+    "Attachment", "CudaEventTimer", "ListenerModule", "TimedLoader", "attach", "batch_size", "detach", "map_tensors",
+    "timed",
+]

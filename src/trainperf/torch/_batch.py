@@ -1,13 +1,28 @@
-"""Batch size from whatever a model or loader is given."""
+"""Batch size from whatever a model or loader is given, and a walk over the tensors in a batch."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
-__all__ = ["batch_size"]
+__all__ = ["batch_size", "map_tensors"]
+
+
+def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """``obj`` with ``fn`` applied to every tensor in it: tuples (named ones keep their type), lists
+    and mappings (given back as dicts), nested; anything else is returned as it is."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple):
+        items = [map_tensors(item, fn) for item in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
+    if isinstance(obj, list):
+        return [map_tensors(item, fn) for item in obj]
+    if isinstance(obj, Mapping):
+        return {key: map_tensors(value, fn) for key, value in obj.items()}
+    return obj
 
 
 def batch_size(obj: Any, _depth: int = 0) -> int | None:

@@ -9,19 +9,11 @@ import torch
 
 from .._listener import PerformanceListener
 from ._attach import Attachment, attach, detach
+from ._batch import map_tensors
 from ._loader import timed
 
 __all__ = ["ListenerModule"]
 
-
-def _to(obj: Any, device: torch.device) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device, non_blocking=True)
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_to(o, device) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _to(v, device) for k, v in obj.items()}
-    return obj
 
 
 class ListenerModule:
@@ -93,7 +85,7 @@ class ListenerModule:
             for listener in listeners:
                 listener.epoch = epoch
             for batch in source:
-                inputs, targets = _to(batch[0], target), _to(batch[1], target)
+                inputs, targets = map_tensors(batch[:2], lambda t: t.to(target, non_blocking=True))
                 optimizer.zero_grad(set_to_none=True)
                 loss = loss_fn(module(inputs), targets)
                 loss.backward()  # type: ignore[no-untyped-call]
