@@ -40,6 +40,8 @@ CHUNK_BYTES = 1 << 22
 MIN_LINES = 128
 #: Shapes counted while they are too rare to learn; past this many, new shapes are not counted.
 MAX_COUNTED_SHAPES = 10_000
+#: Longer shapes are never learned (learning probes every word): such lines take the line patterns.
+MAX_SHAPE_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,9 @@ def read_bulk(data: bytes, pd: Any) -> tuple[Any, int]:
             if b"iteration " not in shape:
                 continue  # not a listener line, whatever its numbers
             size = count if uniform else len(rows)
-            if shape in layouts:
+            if len(shape) > MAX_SHAPE_BYTES:
+                layout = None
+            elif shape in layouts:
                 layout = layouts[shape]
             elif counted.get(shape, 0) + size >= MIN_LINES:
                 counted.pop(shape, None)
