@@ -153,3 +153,9 @@ def test_history_lines_match_parsed_values(clock):
         assert row["iteration"] == rec.iteration
         assert row["iteration_ms"] == pytest.approx(rec.iteration_ms, rel=1e-2)
         assert row["etl_ms"] == pytest.approx(rec.etl_ms, rel=1e-2)
+
+
+def test_json_lines_and_text_lines_come_out_in_the_order_of_the_log():
+    lines = ['{"iteration": 1, "etl_ms": 2.0}', "ETL: 3 ms; iteration 2;", '{"iteration": 3, "etl_ms": 4.0}']
+    log = trainperf.parse_log(lines)
+    assert [r["iteration"] for r in log] == [1, 2, 3] and [r["etl_ms"] for r in log] == [2.0, 3.0, 4.0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pandas as pd
@@ -84,33 +85,40 @@ def bulk(monkeypatch):
     monkeypatch.setattr(_parse_bulk, "CHUNK_BYTES", 1 << 16)
 
 
-def by_line_patterns(lines: list[str]) -> tuple[pd.DataFrame, int]:
-    log = trainperf.parse_log(lines)
-    assert log._frame is None  # small: the line patterns read it
-    return log.to_pandas(), log.skipped
+def count_bulk_rows(monkeypatch, json_only: bool = False) -> list[int]:
+    """Rows each layout read (JSON layouts only, if asked), filled in as the log is parsed."""
+    counts: list[int] = []
+    read = _parse_bulk.Layout.read
+
+    def counting(self, block, count, pd):
+        frame = read(self, block, count, pd)
+        if not json_only or self.separators == _parse_bulk._JSON_SEPARATORS:
+            counts.append(0 if frame is None else len(frame))
+        return frame
+
+    monkeypatch.setattr(_parse_bulk.Layout, "read", counting)
+    return counts
+
+
+def assert_reads_like_line_patterns(log: trainperf.ParsedLog, source) -> pd.DataFrame:
+    """``log`` (read in bulk) holds exactly what the line patterns read from ``source``."""
+    assert log._frame is not None
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_parse, "BULK_MIN_BYTES", 1 << 62)
+        expected = trainperf.parse_log(source)
+    assert expected._frame is None and log.skipped == expected.skipped
+    got = log.to_pandas()
+    pd.testing.assert_frame_equal(got, expected.to_pandas(), check_exact=True)
+    return got
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_bulk_reads_exactly_what_the_line_patterns_read(bulk, seed, monkeypatch):
     lines = corpus(1500, seed)
-    read_in_bulk = []
-    read = _parse_bulk.Layout.read
-
-    def counting(self, block, count, pd):
-        frame = read(self, block, count, pd)
-        read_in_bulk.append(0 if frame is None else len(frame))
-        return frame
-
-    monkeypatch.setattr(_parse_bulk.Layout, "read", counting)
+    read_in_bulk = count_bulk_rows(monkeypatch)
     log = trainperf.parse_log(lines)
-    assert log._frame is not None
     assert sum(read_in_bulk) > 0.5 * len(log) and len(read_in_bulk) > 20  # many layouts, most lines
-    got = log.to_pandas()
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(_parse, "BULK_MIN_BYTES", 1 << 62)
-        expected, skipped = by_line_patterns(lines)
-    assert log.skipped == skipped
-    pd.testing.assert_frame_equal(got, expected, check_exact=True)
+    assert_reads_like_line_patterns(log, lines)
 
 
 def test_regular_log_is_read_in_bulk_and_matches(bulk, monkeypatch):
@@ -132,11 +140,8 @@ def test_regular_log_is_read_in_bulk_and_matches(bulk, monkeypatch):
     monkeypatch.setattr(_parse_bulk, "MIN_LINES", 50)
     monkeypatch.setattr(_parse_bulk, "CHUNK_BYTES", 1 << 22)
     monkeypatch.setattr(_parse_bulk.Layout, "read", lambda self, *a: calls.append(a[1]) or read(self, *a))
-    got = trainperf.parse_log(regular).to_pandas()
+    got = assert_reads_like_line_patterns(trainperf.parse_log(regular), regular)
     assert calls == [399]  # one read for all lines of the regular shape; the warm-up line on its own
-    monkeypatch.setattr(_parse, "BULK_MIN_BYTES", 1 << 62)
-    expected, _ = by_line_patterns(regular)
-    pd.testing.assert_frame_equal(got, expected, check_exact=True)
     assert got["warmup"].tolist() == [True] + [False] * 399
     assert got["iteration"].dtype == "int64" and got["gc.gen0.count"].tolist()[:3] == [1.0, 2.0, 3.0]
 
@@ -185,11 +190,7 @@ def test_a_line_of_the_same_shape_without_a_number_sends_its_block_to_the_line_p
     for odd in ("ETL:  ms; iteration 77; iteration time: 4 ms; samples/sec: 1;",  # same shape, ETL empty
                 "ETL: . ms; iteration 78; iteration time: 4 ms; samples/sec: 1;"):  # same shape, ETL not a number
         lines = regular[:150] + [odd] + regular[150:]
-        got = trainperf.parse_log(lines).to_pandas()
-        with pytest.MonkeyPatch.context() as m:
-            m.setattr(_parse, "BULK_MIN_BYTES", 1 << 62)
-            expected, _ = by_line_patterns(lines)
-        pd.testing.assert_frame_equal(got, expected, check_exact=True)
+        got = assert_reads_like_line_patterns(trainperf.parse_log(lines), lines)
         assert len(got) == 301 and got["etl_ms"].isna().sum() == 1
 
 
@@ -198,14 +199,7 @@ def test_a_log_over_a_mebibyte_is_read_in_bulk_with_the_default_settings(tmp_pat
     path = tmp_path / "train.log"
     path.write_text("\n".join(lines * 2) + "\n")
     assert path.stat().st_size >= _parse.BULK_MIN_BYTES
-    log = trainperf.parse_log(path)
-    assert log._frame is not None
-    got = log.to_pandas()
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(_parse, "BULK_MIN_BYTES", 1 << 62)
-        expected = trainperf.parse_log(path)
-    assert log.skipped == expected.skipped
-    pd.testing.assert_frame_equal(got, expected.to_pandas(), check_exact=True)
+    assert_reads_like_line_patterns(trainperf.parse_log(path), path)
 
 
 def test_hostile_lines_in_a_large_log_neither_crash_nor_stall(bulk, monkeypatch):
@@ -214,10 +208,41 @@ def test_hostile_lines_in_a_large_log_neither_crash_nor_stall(bulk, monkeypatch)
     many_numbers = "ETL: 1 ms; iteration 5; " + " ".join(str(i) for i in range(20_000)) + ";"
     lines = [many_numbers] * 3 + ["x" * 100_000 + "iteration 6;"] * 3 + ["\x00\xff\xfe iteration 7; \x01"] * 3
     lines += [f"ETL: 2 ms; iteration {i}; iteration time: 3 ms;" for i in range(10, 20)]
-    got = trainperf.parse_log(lines).to_pandas()
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(_parse, "BULK_MIN_BYTES", 1 << 62)
-        expected, _ = by_line_patterns(lines)
-    pd.testing.assert_frame_equal(got, expected, check_exact=True)
+    got = assert_reads_like_line_patterns(trainperf.parse_log(lines), lines)
     assert got["iteration"].tolist() == [5, 5, 5, 6, 6, 6, 7, 7, 7, *range(10, 20)]
     assert learned and max(learned) <= _parse_bulk.MAX_SHAPE_BYTES  # probing a huge line word by word would stall
+
+
+def json_lines(tmp_path, count: int, seed: int) -> list[str]:
+    from trainperf.sinks import JsonLinesSink
+
+    rng = random.Random(seed)
+    path = tmp_path / f"run-{seed}.jsonl"
+    with JsonLinesSink(path) as sink:
+        for i in range(1, count + 1):
+            sink(random_record(rng, i)[0])
+    return path.read_text().splitlines()
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_json_lines_among_other_lines_are_read_in_bulk_exactly_and_in_order(bulk, tmp_path, seed, monkeypatch):
+    text = corpus(600, seed)
+    records = json_lines(tmp_path, 900, seed)
+    rng = random.Random(seed)
+    lines = [rng.choice([text, records]).pop() if text and records else (text or records).pop() for _ in range(1500)]
+    read_in_bulk = count_bulk_rows(monkeypatch, json_only=True)
+    got = assert_reads_like_line_patterns(trainperf.parse_log(lines), lines)
+    assert sum(read_in_bulk) > 360  # a good share of the 900 JSON lines (some layouts are rare or unreadable)
+    assert "window_s" in got.columns and got["window_s"].notna().sum() == 900
+
+
+def test_a_compact_json_line_has_a_layout():
+    line = (b'{"iteration":20,"window_iterations":10,"warmup":false,"etl_ms":17.8,"score":NaN,'
+            b'"gc":{"gen0":{"count":2,"ms":0.987},"gen1":{"count":0,"ms":0.0}},"verdict":null}')
+    layout = learn_layout(line)
+    assert layout is not None
+    assert sorted(layout.values.values()) == sorted(
+        ["iteration", "window_iterations", "etl_ms", "gc.gen0.count", "gc.gen0.ms", "gc.gen1.count", "gc.gen1.ms"]
+    )
+    assert sorted(layout.fixed.values()) == ["0", "1"]
+    assert list(layout.constants) == ["score"] and math.isnan(layout.constants["score"])

@@ -175,8 +175,7 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
     if not complete:
         data = data[: data.rfind(b"\n") + 1]
         truncated = 1
-    has_json = re.match(rb"\s*\{", data) is not None or b"\n{" in data
-    pd = _pandas() if len(data) >= BULK_MIN_BYTES and not has_json else None
+    pd = _pandas() if len(data) >= BULK_MIN_BYTES else None
     if pd is not None:
         from ._parse_bulk import read_bulk
 
@@ -185,23 +184,28 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
         return ParsedLog(frame=frame, skipped=lines - len(frame), truncated=truncated)
     lines = data.count(b"\n")
     text = data.decode("utf-8", errors="replace")
-    json_rows = TextRows()
-    if has_json:
-        json_rows, text = split_json_lines(text)
-    rows = _stack(json_rows, scan_lines(text))
+    if re.match(r"\s*\{", text) is None and "\n{" not in text:
+        rows = scan_lines(text)
+    else:  # JSON lines, perhaps among other lines: both kinds in the order of the log
+        json_rows, rest, rest_lines = split_json_lines(text)
+        text_rows = scan_lines(rest, numbered=True)
+        rows = _merge(json_rows, json_rows.lines or [], text_rows, [rest_lines[i] for i in text_rows.lines or []])
     return ParsedLog(rows, skipped=lines - rows.rows, truncated=truncated)
 
 
-def _stack(first: TextRows, second: TextRows) -> TextRows:
-    """The rows of ``first`` followed by those of ``second``."""
+def _merge(first: TextRows, first_lines: list[int], second: TextRows, second_lines: list[int]) -> TextRows:
+    """The rows of ``first`` and ``second`` together, in the order of their line numbers."""
+    if not second.rows:
+        return first
     if not first.rows:
         return second
     names = [c for c in COLUMNS if c in first.raw or c in second.raw]
     names += [c for c in [*first.raw, *second.raw] if c not in COLUMNS and c not in names]
-    raw = {
-        name: first.raw.get(name, [None] * first.rows) + second.raw.get(name, [None] * second.rows)
-        for name in dict.fromkeys(names)
-    }
+    order = sorted(range(first.rows + second.rows), key=[*first_lines, *second_lines].__getitem__)
+    raw = {}
+    for name in dict.fromkeys(names):
+        values = first.raw.get(name, [None] * first.rows) + second.raw.get(name, [None] * second.rows)
+        raw[name] = [values[i] for i in order]
     return TextRows(raw=raw, rows=first.rows + second.rows)
 
 

@@ -21,12 +21,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ._parse_lines import INTEGER_COLUMNS, TEXT_COLUMNS, TextRows, parse_line, scan_lines, to_float
+from ._parse_lines import (
+    INTEGER_COLUMNS,
+    TEXT_COLUMNS,
+    TextRows,
+    parse_json_line,
+    parse_line,
+    scan_lines,
+    split_json_lines,
+    to_float,
+)
 
 __all__ = ["Layout", "learn_layout", "read_bulk"]
 
 _NUMBER_CHARS = b"0123456789."
-_DROP = bytes(c for c in range(256) if c not in _NUMBER_CHARS + b" \n")
+# What separates the words of a line: spaces, and in JSON lines (written without spaces) also
+# the commas and colons between keys and values.
+_TEXT_SEPARATORS = b" "
+_JSON_SEPARATORS = b" ,:"
 _RUN = re.compile(rb"[0-9.]+")
 # Stand-ins written in place of one number of the layout's line to see which field it lands in;
 # four digits, so that even the 4-digit ``Device: [n]`` look-behind of the line pattern takes them.
@@ -49,7 +61,7 @@ class Layout:
     """Where the figures stand in the lines of one shape.
 
     Attributes:
-        words: how many space-separated words a line of this shape has.
+        words: how many words a line of this shape has.
         values: word position -> column whose number that word holds.
         fixed: word position -> the exact digits that word holds in every line (``gen0``'s ``0``).
         constants: column -> value that every line of this shape has (``verdict``, ``warmup``, a
@@ -60,6 +72,7 @@ class Layout:
     values: dict[int, str]
     fixed: dict[int, str]
     constants: dict[str, Any]
+    separators: bytes = _TEXT_SEPARATORS
 
     def read(self, block: bytes, lines: int, pd: Any) -> Any | None:
         """The figures of ``block`` (``lines`` lines of this shape, each ending in a newline) as a
@@ -74,8 +87,8 @@ class Layout:
         names = [f"w{i}" for i in range(self.words)]
         try:
             found = pd.read_csv(
-                io.BytesIO(block.translate(None, _DROP)), sep=" ", header=None, names=names, usecols=list(dtypes),
-                dtype=dtypes, engine="c", quoting=3, skip_blank_lines=False,
+                io.BytesIO(_numbers_and_spaces(block, self.separators)), sep=" ", header=None, names=names,
+                usecols=list(dtypes), dtype=dtypes, engine="c", quoting=3, skip_blank_lines=False,
             )
         except (ValueError, OverflowError):  # a word that is not a number (pandas' ParserError is a ValueError)
             return None
@@ -93,6 +106,12 @@ class Layout:
         return pd.DataFrame(data)
 
 
+def _numbers_and_spaces(block: bytes, separators: bytes) -> bytes:
+    """``block`` with separators turned into spaces and all but digits, dots and newlines dropped."""
+    table = bytes.maketrans(separators, b" " * len(separators))
+    return block.translate(table, bytes(c for c in range(256) if c not in _NUMBER_CHARS + separators + b"\n"))
+
+
 def learn_layout(line: bytes) -> Layout | None:
     """The layout of ``line``'s shape, found by writing stand-in numbers into it one word at a time
     and reading it with the line patterns. ``None`` when the line is not a listener line or a word
@@ -100,12 +119,14 @@ def learn_layout(line: bytes) -> Layout | None:
     base = _fields(line)
     if base is None:
         return None
-    words = line.split(b" ")
+    separators = _JSON_SEPARATORS if line.lstrip()[:1] == b"{" else _TEXT_SEPARATORS
+    parts = re.split(b"([" + re.escape(separators) + b"])", line)  # words, and the separators between them
+    words = parts[0::2]
     values: dict[int, str] = {}
     fixed: dict[int, str] = {}
     for at, word in enumerate(words):
         runs = list(_RUN.finditer(word))
-        effects = [_effect(words, at, run, base) for run in runs]
+        effects = [_effect(parts, at, run, base) for run in runs]
         if not runs or all(effect is None for effect in effects):
             continue
         if len(runs) > 1:
@@ -127,20 +148,25 @@ def learn_layout(line: bytes) -> Layout | None:
             constants[column] = text
         else:
             constants[column] = to_float(text)
-    return Layout(words=len(words), values=values, fixed=fixed, constants=constants)
+    return Layout(words=len(words), values=values, fixed=fixed, constants=constants, separators=separators)
 
 
-def _fields(line: bytes) -> dict[str, Any] | None:
-    return parse_line(line.decode("utf-8", errors="replace"))
+def _fields(line: bytes) -> dict[str, str] | None:
+    """The fields of a line as text (JSON numbers too, so that ``NaN`` equals ``NaN``)."""
+    text = line.decode("utf-8", errors="replace")
+    fields = parse_json_line(text) if text.lstrip()[:1] == "{" else parse_line(text)
+    return None if fields is None else {name: str(value) for name, value in fields.items()}
 
 
-def _effect(words: list[bytes], at: int, run: re.Match[bytes], base: dict[str, Any]) -> str | None:
-    """What writing other numbers in place of ``run`` (in word ``at``) does to the parse: nothing
-    (``None``), one number column takes them (its name), or anything else (``_CHANGES_MORE``)."""
+def _effect(parts: list[bytes], at: int, run: re.Match[bytes], base: dict[str, str]) -> str | None:
+    """What writing other numbers in place of ``run`` (in word ``at`` of the line split into words
+    and separators) does to the parse: nothing (``None``), one number column takes them (its
+    name), or anything else (``_CHANGES_MORE``)."""
     seen: set[str | None] = set()
     for probe in [p for p in _PROBES if p != run.group()][:2]:
-        word = words[at]
-        changed = _fields(b" ".join([*words[:at], word[: run.start()] + probe + word[run.end() :], *words[at + 1 :]]))
+        word = parts[2 * at]
+        written = word[: run.start()] + probe + word[run.end() :]
+        changed = _fields(b"".join([*parts[: 2 * at], written, *parts[2 * at + 1 :]]))
         if changed == base:
             seen.add(None)
             continue
@@ -208,7 +234,7 @@ def read_bulk(data: bytes, pd: Any) -> tuple[Any, int]:
                 groups.setdefault(shape, []).append(i)
         lines = None if uniform else block.split(b"\n")
         for shape, rows in groups.items():
-            if b"iteration " not in shape:
+            if b"iteration" not in shape:
                 continue  # not a listener line, whatever its numbers
             size = count if uniform else len(rows)
             if len(shape) > MAX_SHAPE_BYTES:
@@ -239,7 +265,7 @@ def read_bulk(data: bytes, pd: Any) -> tuple[Any, int]:
     for shape in list(pending):
         flush(shape)
     if leftovers:
-        pieces.append(_read_leftovers(leftovers, pd, np))
+        pieces.extend(_read_leftovers(leftovers, pd, np))
     if not pieces:
         return TextRows(raw={"iteration": []}).to_frame(pd), first
     pieces.sort(key=lambda piece: int(piece[0][0]) if len(piece[0]) else -1)  # often no interleaving is left
@@ -250,9 +276,15 @@ def read_bulk(data: bytes, pd: Any) -> tuple[Any, int]:
     return frame, first
 
 
-def _read_leftovers(leftovers: list[tuple[int, bytes]], pd: Any, np: Any) -> tuple[Any, Any]:
+def _read_leftovers(leftovers: list[tuple[int, bytes]], pd: Any, np: Any) -> list[tuple[Any, Any]]:
+    """The rows of the lines no layout read, by the line patterns (and the JSON reader), with their
+    line numbers."""
     text = b"\n".join(line for _, line in leftovers).decode("utf-8", errors="replace")
-    rows = scan_lines(text, numbered=True)
-    assert rows.lines is not None
-    numbers = np.asarray([leftovers[i][0] for i in rows.lines], dtype=np.int64)
-    return numbers, rows.to_frame(pd)
+    json_rows, rest, rest_lines = split_json_lines(text)
+    rows = scan_lines(rest, numbered=True)
+    assert rows.lines is not None and json_rows.lines is not None
+    pieces = []
+    for found, lines in ((json_rows, json_rows.lines), (rows, [rest_lines[i] for i in rows.lines])):
+        if found.rows:
+            pieces.append((np.asarray([leftovers[i][0] for i in lines], dtype=np.int64), found.to_frame(pd)))
+    return pieces

@@ -15,7 +15,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["COLUMNS", "INTEGER_COLUMNS", "TextRows", "parse_line", "scan_lines", "split_json_lines", "to_float"]
+__all__ = [
+    "COLUMNS", "INTEGER_COLUMNS", "TextRows", "parse_json_line", "parse_line", "scan_lines", "split_json_lines",
+    "to_float",
+]
 
 #: The fixed columns, in order; ``gc.<name>.count`` / ``gc.<name>.ms`` follow per collector.
 COLUMNS = (
@@ -217,30 +220,53 @@ def _parse_gc_uniform(texts: list[str], start: int, out: dict[str, list[Any]]) -
     return True
 
 
-def split_json_lines(text: str) -> tuple[TextRows, str]:
-    """The rows of the JSON lines in ``text`` and the other lines."""
+def split_json_lines(text: str) -> tuple[TextRows, str, list[int]]:
+    """The rows of the JSON lines in ``text`` (:attr:`TextRows.lines` numbering their lines), the
+    other lines, and the line number of each of those."""
     rest: list[str] = []
+    rest_lines: list[int] = []
+    json_lines: list[int] = []
     raw: dict[str, list[Any]] = {}
     rows = 0
-    for line in text.split("\n"):
+    for number, line in enumerate(text.split("\n")):
         stripped = line.strip()
         if not stripped.startswith("{"):
             rest.append(line)
+            rest_lines.append(number)
             continue
-        try:
-            obj = json.loads(stripped)
-        except ValueError:
+        fields = _json_fields(stripped)
+        if fields is None:
             continue
-        if not isinstance(obj, dict) or "iteration" not in obj:
-            continue
-        for key, value in _flatten_json(obj).items():
-            raw.setdefault(key, [None] * rows).append(value)
+        for key, value in fields.items():
+            values = raw.get(key)
+            if values is None:
+                values = raw[key] = [None] * rows
+            values.append(value)
         rows += 1
+        json_lines.append(number)
         for values in raw.values():
             if len(values) < rows:
                 values.append(None)
     ordered = {name: raw[name] for name in itertools.chain(COLUMNS, raw) if name in raw}
-    return TextRows(raw=ordered, rows=rows), "\n".join(rest)
+    return TextRows(raw=ordered, rows=rows, lines=json_lines), "\n".join(rest), rest_lines
+
+
+def parse_json_line(line: str) -> dict[str, Any] | None:
+    """The fields of one JSON line (``None`` if it is not a record)."""
+    fields = _json_fields(line.strip())
+    if fields is None:
+        return None
+    return {name: value for name, value in fields.items() if value is not None and value != ""}
+
+
+def _json_fields(line: str) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or "iteration" not in obj:
+        return None
+    return _flatten_json(obj)
 
 
 def _flatten_json(obj: dict[str, Any]) -> dict[str, Any]:
