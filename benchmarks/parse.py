@@ -4,7 +4,7 @@ C parser). Target: at least 0.1x read_csv's rows per second.
 
 A second, mixed log is timed too, closer to a real one: one line in ten is another logger's line,
 the verdict changes every few hundred lines, two logger prefixes alternate in stretches, and one
-listener line in a thousand has a ``NaN`` score.
+listener line in a thousand has a ``NaN`` score. So is the same run written by ``JsonLinesSink``.
 
 Run: ``python benchmarks/parse.py [--rows N]``.
 """
@@ -22,6 +22,7 @@ import pandas as pd
 
 import trainperf
 from trainperf import GCStat, PerformanceRecord, Verdict, format_line
+from trainperf.sinks import JsonLinesSink
 
 
 def make_lines(rows: int, seed: int = 0) -> list[PerformanceRecord]:
@@ -103,12 +104,18 @@ def main() -> None:
         mixed = Path(tmp) / "mixed.log"
         text, listener_lines = mixed_log(records)
         mixed.write_text(text)
+        jsonl = Path(tmp) / "train.jsonl"
+        with JsonLinesSink(jsonl) as sink:
+            for record in records:
+                sink(record)
         del records, text
         ours_s, frame = best_of(args.repeats, lambda: trainperf.parse_log(log).to_pandas())
         theirs_s, reference = best_of(args.repeats, lambda: pd.read_csv(csv))
         mixed_s, mixed_frame = best_of(args.repeats, lambda: trainperf.parse_log(mixed).to_pandas())
+        json_s, json_frame = best_of(args.repeats, lambda: trainperf.parse_log(jsonl).to_pandas())
     assert len(frame) == args.rows == len(reference), (len(frame), len(reference))
     assert len(mixed_frame) == listener_lines, (len(mixed_frame), listener_lines)
+    assert len(json_frame) == args.rows, len(json_frame)
     ours, theirs = args.rows / ours_s, args.rows / theirs_s
     print(f"rows: {args.rows:,}; columns: ours {frame.shape[1]}, read_csv {reference.shape[1]}")
     print(f"trainperf.parse_log(...).to_pandas(): {ours_s:6.2f} s  {ours:12,.0f} rows/s")
@@ -117,6 +124,9 @@ def main() -> None:
     mixed_rate = listener_lines / mixed_s
     print(f"mixed log ({args.rows:,} lines, {listener_lines:,} listener lines): {mixed_s:6.2f} s  "
           f"{mixed_rate:12,.0f} rows/s = {mixed_rate / theirs:.3f}x read_csv")
+    json_rate = args.rows / json_s
+    print(f"JSON lines ({args.rows:,}, JsonLinesSink, columns {json_frame.shape[1]}): {json_s:6.2f} s  "
+          f"{json_rate:12,.0f} rows/s = {json_rate / theirs:.3f}x read_csv")
 
 
 if __name__ == "__main__":
