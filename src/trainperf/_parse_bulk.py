@@ -2,9 +2,10 @@
 
 For each block of lines this reader takes away the digits and dots of every line, which leaves the
 line's *shape* (its labels, units, collector names, logger prefix). Lines of one shape are read
-together: learned once from one line of that shape, the layout says which space-separated word
-holds which figure; every character but digits, dots, spaces and newlines is then dropped, and
-pandas' C reader turns the remaining words into columns of numbers in one pass. What does not fit
+together: learned once from one line of that shape, the layout says which word (split at spaces,
+and in JSON lines also at commas and colons) holds which figure; every other character but digits,
+dots and newlines is then dropped, and pandas' C reader turns the remaining words into columns of
+numbers in one pass. What does not fit
 (a shape seen too rarely, a word that is not a number, a label whose digits differ) goes to the
 line patterns of :mod:`trainperf._parse_lines`, which read anything; both give the same values.
 
@@ -66,6 +67,7 @@ class Layout:
         fixed: word position -> the exact digits that word holds in every line (``gen0``'s ``0``).
         constants: column -> value that every line of this shape has (``verdict``, ``warmup``, a
             ``NaN`` score), as the line patterns read it.
+        separators: the characters between words: spaces, and commas and colons in JSON lines.
     """
 
     words: int
@@ -131,11 +133,10 @@ def learn_layout(line: bytes) -> Layout | None:
             continue
         if len(runs) > 1:
             return None
-        effect = effects[0]
-        if effect is None or effect == _CHANGES_MORE:
+        if effects[0] == _CHANGES_MORE:  # a label's digits (``gen0``, ``p95``): every line must have the same
             fixed[at] = runs[0].group().decode()
         else:
-            values[at] = effect
+            values[at] = str(effects[0])
     if len(set(values.values())) != len(values):
         return None
     constants: dict[str, Any] = {}
@@ -198,82 +199,105 @@ class _Pending:
     size: int = 0
 
 
+class _BulkReader:
+    """Reads a log block by block; see :func:`read_bulk`."""
+
+    def __init__(self, pd: Any, np: Any) -> None:
+        self.pd, self.np = pd, np
+        self.layouts: dict[bytes, Layout | None] = {}
+        self.counted: dict[bytes, int] = {}  # lines seen of shapes still too rare to learn
+        self.pending: dict[bytes, _Pending] = {}
+        self.pieces: list[tuple[Any, Any]] = []  # (line numbers, frame)
+        self.leftovers: list[tuple[int, bytes]] = []  # lines for the line patterns, with their numbers
+        self.lines = 0
+
+    def add(self, block: bytes) -> None:
+        """Take the lines of ``block`` (ending in a newline)."""
+        shapes = block.translate(None, _NUMBER_CHARS).split(b"\n")
+        shapes.pop()  # after the last newline
+        first, count = self.lines, len(shapes)
+        self.lines += count
+        if shapes.count(shapes[0]) == count:  # one shape only: no need to split the block
+            if b"iteration" in shapes[0]:
+                exemplar = block[: block.find(b"\n")]
+                self._take(shapes[0], self.np.arange(first, first + count), [block], exemplar)
+            return
+        groups: dict[bytes, list[int]] = {}
+        for i, shape in enumerate(shapes):
+            groups.setdefault(shape, []).append(i)
+        lines = block.split(b"\n")
+        for shape, rows in groups.items():
+            if b"iteration" in shape:  # else not a listener line, whatever its numbers
+                numbers = self.np.asarray(rows, dtype=self.np.int64) + first
+                self._take(shape, numbers, [b"\n".join([lines[i] for i in rows]), b"\n"], lines[rows[0]])
+
+    def _take(self, shape: bytes, numbers: Any, blocks: list[bytes], exemplar: bytes) -> None:
+        """Queue lines of one shape for a layout, or leave them to the line patterns."""
+        layout = self._layout(shape, len(numbers), exemplar)
+        if layout is None:
+            self.leftovers.extend(zip(numbers.tolist(), b"".join(blocks).split(b"\n"), strict=False))
+            return
+        waiting = self.pending.setdefault(shape, _Pending(numbers=[], blocks=[]))
+        waiting.numbers.append(numbers)
+        waiting.blocks.extend(blocks)
+        waiting.lines += len(numbers)
+        waiting.size += sum(map(len, blocks))
+        if waiting.size >= CHUNK_BYTES:
+            self._flush(shape)
+
+    def _layout(self, shape: bytes, lines: int, exemplar: bytes) -> Layout | None:
+        """The layout of ``shape``, learned once the log has shown enough of its lines."""
+        if len(shape) > MAX_SHAPE_BYTES:
+            return None
+        if shape in self.layouts:
+            return self.layouts[shape]
+        seen = self.counted.get(shape, 0) + lines
+        if seen >= MIN_LINES:
+            self.counted.pop(shape, None)
+            layout = self.layouts[shape] = learn_layout(exemplar)
+            return layout
+        if shape in self.counted or len(self.counted) < MAX_COUNTED_SHAPES:
+            self.counted[shape] = seen
+        return None
+
+    def _flush(self, shape: bytes) -> None:
+        waiting = self.pending.pop(shape)
+        layout = self.layouts[shape]
+        assert layout is not None
+        text = b"".join(waiting.blocks)
+        numbers = self.np.concatenate(waiting.numbers)
+        frame = layout.read(text, waiting.lines, self.pd)
+        if frame is not None:
+            self.pieces.append((numbers, frame))
+        else:
+            self.leftovers.extend(zip(numbers.tolist(), text.split(b"\n"), strict=False))
+
+    def result(self) -> Any:
+        """All rows read, as one DataFrame in line order."""
+        for shape in list(self.pending):
+            self._flush(shape)
+        if self.leftovers:
+            self.pieces.extend(_read_leftovers(self.leftovers, self.pd, self.np))
+        if not self.pieces:
+            return TextRows(raw={"iteration": []}).to_frame(self.pd)
+        pieces = sorted(self.pieces, key=lambda piece: int(piece[0][0]))  # often no interleaving is left
+        numbers = self.np.concatenate([p[0] for p in pieces])
+        frame = self.pd.concat([p[1] for p in pieces], ignore_index=True, sort=False)
+        if len(pieces) > 1 and not (self.np.diff(numbers) > 0).all():
+            frame = frame.take(self.np.argsort(numbers, kind="stable")).reset_index(drop=True)
+        return frame
+
+
 def read_bulk(data: bytes, pd: Any) -> tuple[Any, int]:
     """The figures of every listener line in ``data`` (whole lines, each ending in a newline) as a
     DataFrame in line order (numbers as float64, int64 for whole-number columns read in bulk,
     ``verdict`` as text, ``warmup`` as bool where present), and how many lines ``data`` has."""
     import numpy as np
 
-    layouts: dict[bytes, Layout | None] = {}
-    counted: dict[bytes, int] = {}  # lines seen of shapes still too rare to learn
-    pending: dict[bytes, _Pending] = {}
-    pieces: list[tuple[Any, Any]] = []  # (line numbers, frame)
-    leftovers: list[tuple[int, bytes]] = []  # lines for the line patterns, with their numbers
-
-    def flush(shape: bytes) -> None:
-        waiting = pending.pop(shape)
-        layout = layouts[shape]
-        assert layout is not None
-        text = b"".join(waiting.blocks)
-        numbers = np.concatenate(waiting.numbers)
-        frame = layout.read(text, waiting.lines, pd)
-        if frame is not None:
-            pieces.append((numbers, frame))
-        else:
-            leftovers.extend(zip(numbers.tolist(), text.split(b"\n"), strict=False))
-
-    first = 0
+    reader = _BulkReader(pd, np)
     for block in _blocks(data, CHUNK_BYTES):
-        shapes = block.translate(None, _NUMBER_CHARS).split(b"\n")
-        shapes.pop()  # after the last newline
-        count = len(shapes)
-        uniform = shapes.count(shapes[0]) == count
-        groups: dict[bytes, list[int]] = {shapes[0]: []} if uniform else {}
-        if not uniform:
-            for i, shape in enumerate(shapes):
-                groups.setdefault(shape, []).append(i)
-        lines = None if uniform else block.split(b"\n")
-        for shape, rows in groups.items():
-            if b"iteration" not in shape:
-                continue  # not a listener line, whatever its numbers
-            size = count if uniform else len(rows)
-            if len(shape) > MAX_SHAPE_BYTES:
-                layout = None
-            elif shape in layouts:
-                layout = layouts[shape]
-            elif counted.get(shape, 0) + size >= MIN_LINES:
-                counted.pop(shape, None)
-                layout = layouts[shape] = learn_layout(block[: block.find(b"\n")] if lines is None else lines[rows[0]])
-            else:
-                if shape in counted or len(counted) < MAX_COUNTED_SHAPES:
-                    counted[shape] = counted.get(shape, 0) + size
-                layout = None
-            numbers = np.arange(first, first + count) if uniform else np.asarray(rows, dtype=np.int64) + first
-            picked = [block] if lines is None else [b"\n".join([lines[i] for i in rows]), b"\n"]
-            if layout is None:
-                text = b"".join(picked)
-                leftovers.extend(zip(numbers.tolist(), text.split(b"\n"), strict=False))
-                continue
-            waiting = pending.setdefault(shape, _Pending(numbers=[], blocks=[]))
-            waiting.numbers.append(numbers)
-            waiting.blocks.extend(picked)
-            waiting.lines += size
-            waiting.size += sum(map(len, picked))
-            if waiting.size >= CHUNK_BYTES:
-                flush(shape)
-        first += count
-    for shape in list(pending):
-        flush(shape)
-    if leftovers:
-        pieces.extend(_read_leftovers(leftovers, pd, np))
-    if not pieces:
-        return TextRows(raw={"iteration": []}).to_frame(pd), first
-    pieces.sort(key=lambda piece: int(piece[0][0]) if len(piece[0]) else -1)  # often no interleaving is left
-    numbers = np.concatenate([p[0] for p in pieces])
-    frame = pd.concat([p[1] for p in pieces], ignore_index=True, sort=False)
-    if len(pieces) > 1 and not (np.diff(numbers) > 0).all():
-        frame = frame.take(np.argsort(numbers, kind="stable")).reset_index(drop=True)
-    return frame, first
+        reader.add(block)
+    return reader.result(), reader.lines
 
 
 def _read_leftovers(leftovers: list[tuple[int, bytes]], pd: Any, np: Any) -> list[tuple[Any, Any]]:
