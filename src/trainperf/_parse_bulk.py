@@ -108,10 +108,21 @@ class Layout:
         return pd.DataFrame(data)
 
 
+def _translation(separators: bytes) -> tuple[bytes, bytes]:
+    """The table that turns ``separators`` into spaces, and the bytes to drop (all but digits, dots,
+    separators and newlines)."""
+    return (
+        bytes.maketrans(separators, b" " * len(separators)),
+        bytes(c for c in range(256) if c not in _NUMBER_CHARS + separators + b"\n"),
+    )
+
+
+_TRANSLATIONS = {separators: _translation(separators) for separators in (_TEXT_SEPARATORS, _JSON_SEPARATORS)}
+
+
 def _numbers_and_spaces(block: bytes, separators: bytes) -> bytes:
     """``block`` with separators turned into spaces and all but digits, dots and newlines dropped."""
-    table = bytes.maketrans(separators, b" " * len(separators))
-    return block.translate(table, bytes(c for c in range(256) if c not in _NUMBER_CHARS + separators + b"\n"))
+    return block.translate(*_TRANSLATIONS[separators])
 
 
 def learn_layout(line: bytes) -> Layout | None:
@@ -235,7 +246,7 @@ class _BulkReader:
         """Queue lines of one shape for a layout, or leave them to the line patterns."""
         layout = self._layout(shape, len(numbers), exemplar)
         if layout is None:
-            self.leftovers.extend(zip(numbers.tolist(), b"".join(blocks).split(b"\n"), strict=False))
+            self._leave(numbers, b"".join(blocks))
             return
         waiting = self.pending.setdefault(shape, _Pending(numbers=[], blocks=[]))
         waiting.numbers.append(numbers)
@@ -270,7 +281,11 @@ class _BulkReader:
         if frame is not None:
             self.pieces.append((numbers, frame))
         else:
-            self.leftovers.extend(zip(numbers.tolist(), text.split(b"\n"), strict=False))
+            self._leave(numbers, text)
+
+    def _leave(self, numbers: Any, text: bytes) -> None:
+        """Leave the lines of ``text`` (numbered by ``numbers``) to the line patterns."""
+        self.leftovers.extend(zip(numbers.tolist(), text.split(b"\n"), strict=False))
 
     def result(self) -> Any:
         """All rows read, as one DataFrame in line order."""
