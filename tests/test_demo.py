@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from trainperf._cli import main
-from trainperf._demo import run_demo
+from trainperf._cli._demo import run_demo
 
 pytestmark = pytest.mark.realtime
 

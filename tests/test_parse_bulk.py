@@ -9,8 +9,10 @@ import pandas as pd
 import pytest
 
 import trainperf
-from trainperf import GCStat, PerformanceRecord, Verdict, _parse, _parse_bulk, format_line
-from trainperf._parse_bulk import learn_layout
+from trainperf import GCStat, PerformanceRecord, Verdict, format_line
+from trainperf._logs import _bulk as _parse_bulk
+from trainperf._logs import _parse
+from trainperf._logs._bulk import learn_layout
 
 PREFIXES = [
     "",

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 import trainperf
-from trainperf import GCStat, MemorySink, PerformanceListener, PerformanceRecord, Verdict, _plot, format_line
+from trainperf import GCStat, MemorySink, PerformanceListener, PerformanceRecord, Verdict, format_line
+from trainperf._logs import _plot
 
 
 def lines(n: int, start: int = 1) -> list[str]:

@@ -318,7 +318,7 @@ def test_timed_loader_advises_on_num_workers():
 def test_map_tensors_walks_nested_batches_and_keeps_named_tuples():
     from collections import namedtuple
 
-    from trainperf.torch._batch import map_tensors
+    from trainperf.torch import map_tensors
 
     Pair = namedtuple("Pair", "x y")
     batch = {"a": Pair(torch.ones(2), [torch.zeros(1), "label", 3]), "b": (torch.ones(1),)}

@@ -3,10 +3,9 @@
 from ._doctor import Check, DoctorReport, doctor
 from ._format import format_line
 from ._listener import BottleneckWarning, IterationTimer, PerformanceListener
-from ._parse import ParsedLog, parse_log
-from ._plot import plot
+from ._logs import ParsedLog, parse_log, plot
 from ._record import SCHEMA_VERSION, GCStat, PerformanceRecord, Verdict
-from ._sinks import LoggingSink, MemorySink, Sink, SinkError
+from .sinks import LoggingSink, MemorySink, Sink, SinkError
 from ._summary import RunSummary
 
 __version__ = "0.1.0"

@@ -11,10 +11,12 @@ from typing import Any, Protocol
 
 from ._gc import GCMonitor
 from ._record import GCStat, PerformanceRecord, Verdict
-from ._sinks import LoggingSink, MemorySink, Sink, _FanOut
-from ._stats import percentile, safe_rate
 from ._summary import RunSummary, build_summary
 from ._verdict import DEFAULT_FIXES, judge
+from ._window import WindowEntry, window_figures
+from .sinks._base import FanOut, Sink
+from .sinks._logging import LoggingSink
+from .sinks._memory import MemorySink
 
 __all__ = ["PerformanceListener", "IterationTimer", "BottleneckWarning"]
 
@@ -134,7 +136,7 @@ class PerformanceListener:
             if not callable(sink):
                 raise TypeError(f"sinks must be callables taking a record, got {sink!r}")
         self.history = MemorySink(history)
-        self._fanout = _FanOut([*sink_list, self.history], strict=strict)
+        self._fanout = FanOut(sink_list, strict=strict)
         self._clock = clock
         self._wall_clock = wall_clock
         self.rank = rank if rank is not None else _env_rank()
@@ -160,8 +162,7 @@ class PerformanceListener:
         self._total_iterations = 0
         self._verdict_counts: dict[str, int] = {}
         self._started = False
-        # One tuple per iteration: (end time, data wait, compute start or None, samples or None, batches).
-        self._window: list[tuple[float, float, float | None, int | None, int]] = []
+        self._window: list[WindowEntry] = []
         self._score: Any = None
         self._window_start = 0.0
         self._next_report = 0
@@ -172,13 +173,28 @@ class PerformanceListener:
     @property
     def sinks(self) -> list[Sink]:
         """The user's sinks (without :attr:`history`)."""
-        return self._fanout.sinks[:-1]
+        return list(self._fanout.sinks)
 
     def add_sink(self, sink: Sink) -> None:
         """Add a sink; it receives every later record."""
         if not callable(sink):
             raise TypeError(f"sink must be a callable taking a record, got {sink!r}")
-        self._fanout.sinks.insert(len(self._fanout.sinks) - 1, sink)
+        self._fanout.sinks.append(sink)
+
+    def set_epoch(self, epoch: int | None) -> None:
+        """The epoch that later records carry (adapters call it at each epoch's start)."""
+        self.epoch = epoch
+
+    def set_rank(self, rank: int | None) -> None:
+        """The process rank that later records carry (adapters call it when they find a process group)."""
+        self.rank = rank
+
+    def use_device(self, index: int | None, timer: IterationTimer | None = None) -> None:
+        """The model runs on device ``index`` (a CUDA ordinal): later records carry it, and with a
+        ``timer`` the iteration times come from that device's clock (see :meth:`set_timer`)."""
+        self.device = index
+        if timer is not None:
+            self.set_timer(timer)
 
     def add_collector(self, name: str, read: Collector) -> None:
         """Report another collector beside Python's generations.
@@ -274,7 +290,8 @@ class PerformanceListener:
             return
         self._window_start += seconds
         self._window = [
-            (t + seconds, e, None if st is None else st + seconds, s, b) for t, e, st, s, b in self._window
+            (end + seconds, etl, None if started is None else started + seconds, samples, batches)
+            for end, etl, started, samples, batches in self._window
         ]
 
     # ------------------------------------------------------------------ reporting
@@ -300,25 +317,11 @@ class PerformanceListener:
         now = self._clock() if end is None else end
         window = self._window
         window.append((now, etl, started, samples_now, batches_now))
-        window_s = now - self._window_start
-        n = len(window)
-        etls: list[float] = []
-        host_durations: list[float] = []
-        prev = self._window_start
-        for w_end, w_etl, w_started, _, _ in window:
-            etls.append(w_etl if w_started is None else max(0.0, w_started - prev))
-            host_durations.append(w_end - prev)
-            prev = w_end
-        durations = (timer.durations()[-n:] or host_durations) if timer is not None else host_durations
-        durations.sort()
-        etl_s = sum(etls)
-        batches = sum(w[4] for w in window)
-        samples: int | None = 0
-        for w in window:
-            if w[3] is None or samples is None:
-                samples = None
-                break
-            samples += w[3]
+        figures = window_figures(self._window_start, window, timer.durations() if timer is not None else None)
+        n = figures.iterations
+        window_s = figures.window_s
+        etl_s = figures.etl_s
+        samples = figures.samples
         if samples is None and not self._samples_warned and self.report_sample:
             self._samples_warned = True
             warnings.warn(
@@ -335,13 +338,13 @@ class PerformanceListener:
             warmup=self._warmup,
             timestamp=self._wall_clock(),
             etl_ms=1000.0 * etl_s / n if self.report_etl else None,
-            etl_max_ms=1000.0 * max(etls) if self.report_etl else None,
-            iteration_ms=1000.0 * sum(durations) / n if self.report_time else None,
-            iteration_p50_ms=1000.0 * percentile(durations, 50) if self.report_iteration else None,
-            iteration_p95_ms=1000.0 * percentile(durations, 95) if self.report_iteration else None,
-            iteration_max_ms=1000.0 * durations[-1] if self.report_iteration else None,
-            samples_per_sec=safe_rate(samples, window_s) if self.report_sample and samples is not None else None,
-            batches_per_sec=safe_rate(batches, window_s) if self.report_batch else None,
+            etl_max_ms=1000.0 * figures.etl_max_s if self.report_etl else None,
+            iteration_ms=1000.0 * figures.mean_s if self.report_time else None,
+            iteration_p50_ms=1000.0 * figures.percentile_s(50) if self.report_iteration else None,
+            iteration_p95_ms=1000.0 * figures.percentile_s(95) if self.report_iteration else None,
+            iteration_max_ms=1000.0 * figures.max_s if self.report_iteration else None,
+            samples_per_sec=figures.samples_per_sec if self.report_sample else None,
+            batches_per_sec=figures.batches_per_sec if self.report_batch else None,
             score=self._read_score() if self.report_score else None,
             gc=gc_stats,
             epoch=self.epoch,
@@ -351,12 +354,13 @@ class PerformanceListener:
             device=self.device,
             verdict=verdict,
             samples=samples,
-            batches=batches,
+            batches=figures.batches,
             etl_total_ms=1000.0 * etl_s,
             gc_total_ms=1000.0 * gc_s if self._gc is not None else None,
         )
         self._accumulate(record, etl_s, gc_s)
         self._reset_window(now, first=False)
+        self.history(record)
         self._fanout(record)
         if verdict is not None and verdict.kind != "fine" and not record.warmup:
             self._warn_verdict(verdict)

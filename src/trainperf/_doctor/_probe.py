@@ -167,7 +167,7 @@ def measure(model: Any, loader: Any, *, steps: int = 5, loss_fn: Any = None) -> 
     import torch
 
     from .._gc import GCMonitor
-    from ..torch._batch import batch_size, map_tensors
+    from ..torch import batch_size, map_tensors
 
     result = Measurement()
     param = next(model.parameters(), None) if model is not None else None

@@ -31,7 +31,7 @@ class DevicePrefetcher:
     def __iter__(self) -> Iterator[Any]:
         import torch
 
-        from ..torch._batch import map_tensors
+        from ..torch import map_tensors
 
         if self.device.type != "cuda":
             yield from self.source

@@ -59,7 +59,7 @@ def presave(source: Iterable[Any], path: str | os.PathLike[str], *, batches_per_
     """
     import torch
 
-    from ..torch._batch import map_tensors
+    from ..torch import map_tensors
 
     if isinstance(batches_per_shard, bool) or not isinstance(batches_per_shard, int) or batches_per_shard < 1:
         raise ValueError(f"batches_per_shard must be a positive int, got {batches_per_shard!r}")

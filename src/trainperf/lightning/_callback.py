@@ -19,9 +19,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._listener import PerformanceListener
-from .._sinks import Sink
+from ..sinks import Sink
 from ..sinks import LoggerSink
-from ._base import callback_bases
+from ._compat import callback_bases
 
 __all__ = ["PerformanceCallback"]
 

@@ -1,9 +1,15 @@
 """Where records go. A sink is any callable taking a :class:`~trainperf.PerformanceRecord`, with an
 optional ``close()``; sinks that own files close them and work as context managers."""
 
-from .._sinks import LoggingSink, MemorySink, Sink
-from ._files import CSV_COLUMNS, CsvSink, JsonLinesSink
-from ._integrations import LoggerSink, TensorBoardSink, TqdmSink, scalar_metrics
+from ._base import Sink, SinkError
+from ._csv import CSV_COLUMNS, CsvSink
+from ._jsonlines import JsonLinesSink
+from ._loggers import LoggerSink
+from ._logging import LoggingSink
+from ._memory import MemorySink
+from ._metrics import scalar_metrics
+from ._tensorboard import TensorBoardSink
+from ._tqdm import TqdmSink
 
 __all__ = [
     "CSV_COLUMNS",
@@ -13,6 +19,7 @@ __all__ = [
     "LoggingSink",
     "MemorySink",
     "Sink",
+    "SinkError",
     "TensorBoardSink",
     "TqdmSink",
     "scalar_metrics",

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._parse import ParsedLog
-from ._record import PerformanceRecord
+from .._record import PerformanceRecord
 
 __all__ = ["plot"]
 

@@ -56,8 +56,8 @@ def run_demo(
         import torch
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise SystemExit("the demo needs PyTorch: pip install 'trainperf[torch]'") from exc
-    from . import PerformanceListener
-    from .torch import ListenerModule
+    from .._listener import PerformanceListener
+    from ..torch import ListenerModule
 
     out = out or sys.stdout
     torch.manual_seed(0)

@@ -1,19 +1,18 @@
-"""Sinks that own files: JSON lines and CSV."""
+"""One CSV row per record under a stable header."""
 
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import tempfile
 import warnings
-from pathlib import Path
 from typing import IO, Any
 
 from .._record import PerformanceRecord
+from ._file import FileSink
 
-__all__ = ["JsonLinesSink", "CsvSink", "CSV_COLUMNS"]
+__all__ = ["CsvSink", "CSV_COLUMNS"]
 
 #: The CSV sink's leading columns, always present and always in this order. Collector columns
 #: (``gc.<name>.count``, ``gc.<name>.ms``) follow in the order the collectors first appear.
@@ -25,68 +24,6 @@ CSV_COLUMNS = (
 )
 
 
-class _FileSink:
-    def __init__(self, path: str | os.PathLike[str], *, append: bool) -> None:
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
-        self.path = Path(path)
-        if not self.path.parent.exists():
-            raise FileNotFoundError(f"path {str(self.path)!r}: folder {str(self.path.parent)!r} does not exist")
-        self._append = append
-        self._file: IO[str] | None = None
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    @property
-    def closed(self) -> bool:
-        return self._file is None
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self.path)!r})"
-
-
-def _json_default(value: Any) -> Any:
-    return str(value)
-
-
-class JsonLinesSink(_FileSink):
-    """One JSON object per record and line, flushed as it is written.
-
-    Each record is written with a single ``write`` and flushed, so after a crash the file is
-    readable up to its last complete line (:func:`trainperf.parse_log` skips a cut-off last line).
-    Non-finite scores are written as JSON's common extension ``NaN`` / ``Infinity``, which Python's
-    ``json`` and pandas read back.
-
-    Args:
-        path: the file; created, or appended to when ``append`` is true.
-        append: keep what the file already holds (default) or start it afresh.
-        fsync: also ask the OS to put each line on disk (slower; survives power loss).
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *, append: bool = True, fsync: bool = False) -> None:
-        super().__init__(path, append=append)
-        self.fsync = fsync
-        self._file = open(self.path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 - owned
-
-    def __call__(self, record: PerformanceRecord) -> None:
-        if self._file is None:
-            raise ValueError(f"{self!r} is closed")
-        line = json.dumps(record.to_dict(), default=_json_default, separators=(",", ":")) + "\n"
-        self._file.write(line)
-        self._file.flush()
-        if self.fsync:
-            os.fsync(self._file.fileno())
-
-
 def _cell(value: Any) -> Any:
     if value is None:
         return ""
@@ -95,7 +32,7 @@ def _cell(value: Any) -> Any:
     return value
 
 
-class CsvSink(_FileSink):
+class CsvSink(FileSink):
     """One row per record under a stable header.
 
     The header is :data:`CSV_COLUMNS` followed by one ``gc.<name>.count`` / ``gc.<name>.ms`` pair per

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ._parse_lines import COLUMNS, INTEGER_COLUMNS, TextRows, scan_lines, split_json_lines, to_float
+from ._lines import COLUMNS, INTEGER_COLUMNS, TextRows, scan_lines, split_json_lines, to_float
 
 __all__ = ["ParsedLog", "parse_log"]
 
@@ -177,7 +177,7 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
         truncated = 1
     pd = _pandas() if len(data) >= BULK_MIN_BYTES else None
     if pd is not None:
-        from ._parse_bulk import read_bulk
+        from ._bulk import read_bulk
 
         frame, lines = read_bulk(data, pd)
         frame = _finish(frame)

@@ -18,7 +18,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _parse(args: argparse.Namespace) -> int:
-    from ._parse import parse_log
+    from .._logs import parse_log
 
     out: str | None = args.output
     if out is not None and not out.endswith((".csv", ".jsonl", ".json")):
@@ -59,8 +59,7 @@ def _atomic_write(path: str, write: Any) -> None:
 def _plot(args: argparse.Namespace) -> int:
     import os
 
-    from ._parse import parse_log
-    from ._plot import plot
+    from .._logs import parse_log, plot
 
     fig = plot(parse_log(args.log), title=args.title)
     out: str = args.output
@@ -94,7 +93,7 @@ def _factory(spec: str, what: str) -> Any:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ._doctor import doctor
+    from .._doctor import doctor
 
     model = _factory(args.model, "model") if args.model else None
     loader = _factory(args.loader, "loader") if args.loader else None
@@ -106,7 +105,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     import json
 
-    from ._bench import format_bench, run_bench
+    from ..data._bench import format_bench, run_bench
 
     if args.model or args.loader:
         if not (args.model and args.loader):
@@ -127,7 +126,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
 
     parser = argparse.ArgumentParser(prog="trainperf", description="Why is my training slow?")
     parser.add_argument("--version", action="version", version=f"trainperf {__version__}")

@@ -7,7 +7,7 @@ and in JSON lines also at commas and colons) holds which figure; every other cha
 dots and newlines is then dropped, and pandas' C reader turns the remaining words into columns of
 numbers in one pass. What does not fit
 (a shape seen too rarely, a word that is not a number, a label whose digits differ) goes to the
-line patterns of :mod:`trainperf._parse_lines`, which read anything; both give the same values.
+line patterns of :mod:`trainperf._logs._lines`, which read anything; both give the same values.
 
 A line is read by a layout when its text without digits and dots is the same as the layout's line
 and every word that holds a figure there holds a number here. Digits inside labels (``gen0``,
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ._parse_lines import (
+from ._lines import (
     INTEGER_COLUMNS,
     TEXT_COLUMNS,
     TextRows,

@@ -32,8 +32,8 @@ def _train(model: Any, batches: Iterable[Any], loss_fn: Any, epochs: int) -> tup
     """Train and return (data wait s, total s, batches, samples) measured by a listener."""
     import torch
 
-    from ._listener import PerformanceListener
-    from .torch import attach, timed
+    from .._listener import PerformanceListener
+    from ..torch import attach, timed
 
     listener = PerformanceListener(10**9, sinks=[], verdict=False, history=None)
     attach(model, listener)
@@ -73,7 +73,8 @@ def run_bench(
     """
     import torch
 
-    from .data import load_presaved, prefetch, presave
+    from ._prefetch import prefetch
+    from ._presave import load_presaved, presave
 
     loss = loss_fn or torch.nn.functional.cross_entropy
     results: list[BenchResult] = []

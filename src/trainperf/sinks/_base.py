@@ -1,0 +1,67 @@
+"""The sink protocol and the fan-out that delivers each record to every sink."""
+
+from __future__ import annotations
+
+import traceback
+import warnings
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+from .._record import PerformanceRecord
+
+__all__ = ["Sink", "SinkError"]
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Anything that takes a :class:`PerformanceRecord`. A ``close()`` method, if present, is called
+    when the listener closes."""
+
+    def __call__(self, record: PerformanceRecord) -> None: ...
+
+
+class SinkError(RuntimeWarning):
+    """Warning category used when a sink raises; training goes on."""
+
+
+class FanOut:
+    """Delivers each record to every sink; a sink that raises is reported once and skipped for
+    that record only, so the others never lose a record and training goes on."""
+
+    def __init__(self, sinks: Iterable[Sink], *, strict: bool) -> None:
+        self.sinks: list[Sink] = list(sinks)
+        self.strict = strict
+        self._warned: set[int] = set()
+
+    def __call__(self, record: PerformanceRecord) -> None:
+        first_error: BaseException | None = None
+        for sink in self.sinks:
+            try:
+                sink(record)
+            except Exception as exc:  # noqa: BLE001 - a sink must never stop training
+                if first_error is None:
+                    first_error = exc
+                if id(sink) not in self._warned:
+                    self._warned.add(id(sink))
+                    warnings.warn(
+                        f"trainperf sink {sink!r} raised and was skipped for this record "
+                        f"(further failures of this sink are silent):\n{traceback.format_exc()}",
+                        SinkError,
+                        stacklevel=2,
+                    )
+        if first_error is not None and self.strict:
+            raise first_error
+
+    def close(self) -> None:
+        first_error: BaseException | None = None
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception as exc:  # noqa: BLE001
+                first_error = first_error or exc
+                warnings.warn(f"trainperf sink {sink!r} failed to close: {exc!r}", SinkError, stacklevel=2)
+        if first_error is not None and self.strict:
+            raise first_error

@@ -1,0 +1,38 @@
+"""What the sinks that own a file share: the path check, ``close()`` and the context manager."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import IO, Any
+
+__all__: list[str] = []
+
+
+class FileSink:
+    def __init__(self, path: str | os.PathLike[str], *, append: bool) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
+        self.path = Path(path)
+        if not self.path.parent.exists():
+            raise FileNotFoundError(f"path {str(self.path)!r}: folder {str(self.path.parent)!r} does not exist")
+        self._append = append
+        self._file: IO[str] | None = None
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    @property
+    def closed(self) -> bool:
+        return self._file is None
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.path)!r})"

@@ -1,0 +1,56 @@
+"""Deeplearning4j-style lines through :mod:`logging`."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from .._format import format_line
+from .._record import PerformanceRecord
+
+__all__ = ["LoggingSink"]
+
+LOGGER_NAME = "trainperf"
+
+
+class _FallbackHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Prints to stderr only while the application has configured no logging at all,
+    so a user who never called ``logging.basicConfig`` still sees the lines, and one who did
+    sees them once, through their own handlers."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s - %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if logging.getLogger().handlers:
+            return
+        self.stream = sys.stderr  # follow redirection (pytest's capsys, notebooks)
+        super().emit(record)
+
+
+def _ensure_visible(logger: logging.Logger) -> None:
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+    if not any(isinstance(h, _FallbackHandler) for h in logger.handlers):
+        logger.addHandler(_FallbackHandler())
+
+
+class LoggingSink:
+    """Writes each record as one Deeplearning4j-style line through :mod:`logging`.
+
+    Args:
+        logger: a logger or its name (default ``"trainperf"``).
+        level: the level of the lines (default ``INFO``).
+    """
+
+    def __init__(self, logger: logging.Logger | str = LOGGER_NAME, level: int = logging.INFO) -> None:
+        self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
+        if not isinstance(level, int):
+            raise TypeError(f"level must be a logging level int, got {level!r}")
+        self.level = level
+        _ensure_visible(self.logger)
+
+    def __call__(self, record: PerformanceRecord) -> None:
+        if self.logger.isEnabledFor(self.level):
+            self.logger.log(self.level, "%s", format_line(record))

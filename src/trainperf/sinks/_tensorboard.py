@@ -1,0 +1,53 @@
+"""TensorBoard scalars."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._record import PerformanceRecord
+from ._metrics import scalar_metrics
+
+__all__ = ["TensorBoardSink"]
+
+
+class TensorBoardSink:
+    """Writes every figure as a TensorBoard scalar, at the record's iteration.
+
+    Args:
+        log_dir: the run's folder (``SummaryWriter``'s ``log_dir``), or an existing ``writer``.
+        writer: a ``torch.utils.tensorboard.SummaryWriter`` to use instead; it is then not closed.
+        prefix: tag prefix (default ``trainperf/``).
+
+    Raises:
+        ImportError: at construction, with the install command, when ``tensorboard`` is missing.
+    """
+
+    def __init__(self, log_dir: str | None = None, *, writer: Any = None, prefix: str = "trainperf/") -> None:
+        if writer is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:
+                raise ImportError(
+                    "TensorBoardSink needs tensorboard and torch: pip install 'trainperf[tensorboard,torch]'"
+                ) from exc
+            writer = SummaryWriter(log_dir=log_dir)
+            self._owned = True
+        else:
+            self._owned = False
+        self.writer = writer
+        self.prefix = prefix
+
+    def __call__(self, record: PerformanceRecord) -> None:
+        for tag, value in scalar_metrics(record, self.prefix).items():
+            self.writer.add_scalar(tag, value, global_step=record.iteration, walltime=record.timestamp)
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self._owned:
+            self.writer.close()
+
+    def __enter__(self) -> TensorBoardSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
