@@ -16,7 +16,9 @@ PACKAGES = ["trainperf", "trainperf.torch", "trainperf.data", "trainperf.sinks",
 def test_all_lists_exactly_the_public_members(package_name):
     """As httpx checks it: ``__all__`` is the package's public members (subpackages aside)."""
     package = importlib.import_module(package_name)
-    public = [name for name, member in vars(package).items() if not name.startswith("_") and not isinstance(member, ModuleType)]
+    public = [
+        name for name, member in vars(package).items() if not name.startswith("_") and not isinstance(member, ModuleType)
+    ]
     assert sorted(package.__all__) == sorted(public)
 
 

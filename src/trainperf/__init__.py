@@ -5,8 +5,8 @@ from ._format import format_line
 from ._listener import BottleneckWarning, IterationTimer, PerformanceListener
 from ._logs import ParsedLog, parse_log, plot
 from ._record import SCHEMA_VERSION, GCStat, PerformanceRecord, Verdict
-from .sinks import LoggingSink, MemorySink, Sink, SinkError
 from ._summary import RunSummary
+from .sinks import LoggingSink, MemorySink, Sink, SinkError
 
 __version__ = "0.1.0"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ._parse import ParsedLog
 from .._record import PerformanceRecord
+from ._parse import ParsedLog
 
 __all__ = ["plot"]
 

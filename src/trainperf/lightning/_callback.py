@@ -19,8 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._listener import PerformanceListener
-from ..sinks import Sink
-from ..sinks import LoggerSink
+from ..sinks import LoggerSink, Sink
 from ._compat import callback_bases
 
 __all__ = ["PerformanceCallback"]
