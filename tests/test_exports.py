@@ -17,7 +17,7 @@ def test_all_lists_exactly_the_public_members(package_name):
     """As httpx checks it: ``__all__`` is the package's public members (subpackages aside)."""
     package = importlib.import_module(package_name)
     public = [
-        name for name, member in vars(package).items() if not name.startswith("_") and not isinstance(member, ModuleType)
+        name for name, value in vars(package).items() if not name.startswith("_") and not isinstance(value, ModuleType)
     ]
     assert sorted(package.__all__) == sorted(public)
 
