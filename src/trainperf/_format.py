@@ -3,10 +3,51 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ._record import PerformanceRecord
 
-__all__ = ["format_line", "format_number"]
+__all__ = ["format_line"]
+
+
+@dataclass(frozen=True)
+class LineField:
+    """One ``label value unit;`` field of the line; the parser's patterns are built from the same table.
+
+    Args:
+        name: the record field, and the column :func:`trainperf.parse_log` reads it into.
+        label: the text before the value, with its trailing space.
+        unit: the text after the value (`` ms`` or nothing).
+        integer: the value is a whole number, written as it is.
+    """
+
+    name: str
+    label: str
+    unit: str = ""
+    integer: bool = False
+
+    def render(self, value: float) -> str:
+        return f"{self.label}{int(value) if self.integer else format_number(value)}{self.unit}"
+
+
+#: Deeplearning4j's fields, in its order; the ``GC:`` field follows them.
+DL4J_FIELDS = (
+    LineField("etl_ms", "ETL: ", " ms"),
+    LineField("iteration", "iteration ", integer=True),
+    LineField("iteration_ms", "iteration time: ", " ms"),
+    LineField("samples_per_sec", "samples/sec: "),
+    LineField("batches_per_sec", "batches/sec: "),
+    LineField("score", "score: "),
+)
+#: trainperf's own fields after ``GC:``; ``warm-up`` and ``verdict: kind (reason)`` close the line.
+TRAINPERF_FIELDS = (
+    LineField("iteration_p50_ms", "iteration p50: ", " ms"),
+    LineField("iteration_p95_ms", "p95: ", " ms"),
+    LineField("iteration_max_ms", "max: ", " ms"),
+    LineField("etl_max_ms", "ETL max: ", " ms"),
+    LineField("epoch", "epoch: ", integer=True),
+    LineField("rank", "rank: ", integer=True),
+)
 
 
 def format_number(value: float) -> str:
@@ -35,36 +76,14 @@ def format_line(record: PerformanceRecord) -> str:
     followed by trainperf's own fields (window percentiles, ETL max, epoch, warm-up, verdict).
     Fields that are ``None`` are left out, as Deeplearning4j leaves out what it was told not to report.
     """
-    parts: list[str] = []
-    if record.etl_ms is not None:
-        parts.append(f"ETL: {format_number(record.etl_ms)} ms")
-    parts.append(f"iteration {record.iteration}")
-    if record.iteration_ms is not None:
-        parts.append(f"iteration time: {format_number(record.iteration_ms)} ms")
-    if record.samples_per_sec is not None:
-        parts.append(f"samples/sec: {format_number(record.samples_per_sec)}")
-    if record.batches_per_sec is not None:
-        parts.append(f"batches/sec: {format_number(record.batches_per_sec)}")
-    if record.score is not None:
-        parts.append(f"score: {format_number(record.score)}")
+    parts = [f.render(value) for f in DL4J_FIELDS if (value := getattr(record, f.name)) is not None]
     if record.gc:
         stats = ", ".join(
             f"[{s.name}: {s.count} ({format_number(s.ms)}ms)]" if s.ms is not None else f"[{s.name}: {s.count}]"
             for s in record.gc
         )
         parts.append(f"GC: {stats}")
-    if record.iteration_p50_ms is not None:
-        parts.append(f"iteration p50: {format_number(record.iteration_p50_ms)} ms")
-    if record.iteration_p95_ms is not None:
-        parts.append(f"p95: {format_number(record.iteration_p95_ms)} ms")
-    if record.iteration_max_ms is not None:
-        parts.append(f"max: {format_number(record.iteration_max_ms)} ms")
-    if record.etl_max_ms is not None:
-        parts.append(f"ETL max: {format_number(record.etl_max_ms)} ms")
-    if record.epoch is not None:
-        parts.append(f"epoch: {record.epoch}")
-    if record.rank is not None:
-        parts.append(f"rank: {record.rank}")
+    parts += [f.render(value) for f in TRAINPERF_FIELDS if (value := getattr(record, f.name)) is not None]
     if record.warmup:
         parts.append("warm-up")
     if record.verdict is not None:

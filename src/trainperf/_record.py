@@ -10,6 +10,11 @@ __all__ = ["GCStat", "PerformanceRecord", "Verdict", "SCHEMA_VERSION"]
 #: Bumped when a field is renamed or removed; adding a field keeps the version.
 SCHEMA_VERSION = 1
 
+# Field roles, read by :func:`flat_columns` and :func:`metric_fields`: who and where a record comes
+# from, and the figures that metric loggers (TensorBoard, Lightning) take.
+_IDENTITY = {"role": "identity"}
+_METRIC = {"role": "metric"}
+
 
 @dataclass(frozen=True, slots=True)
 class GCStat:
@@ -60,27 +65,27 @@ class PerformanceRecord:
     window_iterations: int
     window_s: float
     warmup: bool
-    timestamp: float
-    etl_ms: float | None = None
-    etl_max_ms: float | None = None
-    iteration_ms: float | None = None
-    iteration_p50_ms: float | None = None
-    iteration_p95_ms: float | None = None
-    iteration_max_ms: float | None = None
-    samples_per_sec: float | None = None
-    batches_per_sec: float | None = None
-    score: float | None = None
+    timestamp: float = field(metadata=_IDENTITY)
+    etl_ms: float | None = field(default=None, metadata=_METRIC)
+    etl_max_ms: float | None = field(default=None, metadata=_METRIC)
+    iteration_ms: float | None = field(default=None, metadata=_METRIC)
+    iteration_p50_ms: float | None = field(default=None, metadata=_METRIC)
+    iteration_p95_ms: float | None = field(default=None, metadata=_METRIC)
+    iteration_max_ms: float | None = field(default=None, metadata=_METRIC)
+    samples_per_sec: float | None = field(default=None, metadata=_METRIC)
+    batches_per_sec: float | None = field(default=None, metadata=_METRIC)
+    score: float | None = field(default=None, metadata=_METRIC)
     gc: tuple[GCStat, ...] = ()
-    epoch: int | None = None
-    host: str = ""
-    pid: int = 0
-    rank: int | None = None
-    device: int | None = None
-    verdict: Verdict | None = None
+    host: str = field(default="", metadata=_IDENTITY)
+    pid: int = field(default=0, metadata=_IDENTITY)
+    rank: int | None = field(default=None, metadata=_IDENTITY)
+    device: int | None = field(default=None, metadata=_IDENTITY)
+    epoch: int | None = field(default=None, metadata=_IDENTITY)
     samples: int | None = None
     batches: int = 0
     etl_total_ms: float | None = None
-    gc_total_ms: float | None = None
+    gc_total_ms: float | None = field(default=None, metadata=_METRIC)
+    verdict: Verdict | None = None
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -134,6 +139,24 @@ class PerformanceRecord:
         kwargs["verdict"] = Verdict(**verdict) if isinstance(verdict, dict) else None
         kwargs["extra"] = dict(kwargs.get("extra") or {})
         return cls(**kwargs)
+
+
+def flat_columns() -> tuple[str, ...]:
+    """The columns of :meth:`PerformanceRecord.to_dict` with ``flat=True``, collectors and ``extra``
+    aside: who and when first (``timestamp``, ``host``, ``pid``, ``rank``, ``device``, ``epoch``), then
+    every other field in the schema's order, ``verdict`` as ``verdict`` and ``verdict_pct``."""
+    all_fields = fields(PerformanceRecord)
+    identity = [f for f in all_fields if f.metadata.get("role") == "identity"]
+    rest = [f for f in all_fields if f.metadata.get("role") != "identity" and f.name not in ("gc", "extra")]
+    names: list[str] = []
+    for f in [*identity, *rest]:
+        names += ["verdict", "verdict_pct"] if f.name == "verdict" else [f.name]
+    return tuple(names)
+
+
+def metric_fields() -> tuple[str, ...]:
+    """The record's per-window figures that metric loggers take, in the schema's order."""
+    return tuple(f.name for f in fields(PerformanceRecord) if f.metadata.get("role") == "metric")
 
 
 def _opt_float(value: Any) -> float | None:

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._format import DL4J_FIELDS, TRAINPERF_FIELDS, LineField
+
 __all__ = [
     "COLUMNS", "INTEGER_COLUMNS", "TextRows", "parse_json_line", "parse_line", "scan_lines", "split_json_lines",
     "to_float",
@@ -22,34 +24,38 @@ __all__ = [
 
 #: The fixed columns, in order; ``gc.<name>.count`` / ``gc.<name>.ms`` follow per collector.
 COLUMNS = (
-    "iteration", "etl_ms", "iteration_ms", "samples_per_sec", "batches_per_sec", "score", "device",
-    "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms", "etl_max_ms", "epoch", "rank", "warmup",
-    "verdict", "verdict_pct",
+    "iteration",
+    *(f.name for f in DL4J_FIELDS if f.name != "iteration"),
+    "device",
+    *(f.name for f in TRAINPERF_FIELDS),
+    "warmup",
+    "verdict",
+    "verdict_pct",
 )
 #: Columns whose values are whole numbers: a DataFrame holds them as integers where none is missing.
-INTEGER_COLUMNS = ("iteration", "epoch", "rank", "device")
+INTEGER_COLUMNS = (*(f.name for f in (*DL4J_FIELDS, *TRAINPERF_FIELDS) if f.integer), "device")
 TEXT_COLUMNS = ("verdict", "warmup")
 _NUMERIC = frozenset(COLUMNS) - set(TEXT_COLUMNS)
 
 _NUM = r"([^ ;\n]*)"  # checked when converted: what is not a number becomes missing
+
+
+def _optional(f: LineField) -> str:
+    value = r"(\d+)" if f.integer else _NUM
+    return f"(?: {re.escape(f.label)}{value}{re.escape(f.unit)};)?"
+
+
+_ETL, _ITERATION, *_DL4J_REST = DL4J_FIELDS
 # Every field but ``iteration N`` is optional, as either listener leaves out what it was told
 # not to report.
 _BODY = (
-    r"iteration (\d+);"
-    rf"(?: iteration time: {_NUM} ms;)?"
-    rf"(?: samples/sec: {_NUM};)?"
-    rf"(?: batches/sec: {_NUM};)?"
-    rf"(?: score: {_NUM};)?"
-    r"(?: GC: ((?:\[[^\]\n]*\](?:, )?)*);)?"
-    rf"(?: iteration p50: {_NUM} ms;)?"
-    rf"(?: p95: {_NUM} ms;)?"
-    rf"(?: max: {_NUM} ms;)?"
-    rf"(?: ETL max: {_NUM} ms;)?"
-    r"(?: epoch: (\d+);)?"
-    r"(?: rank: (\d+);)?"
-    r"( warm-up;)?"
-    r"(?: verdict: ([\w-]+) \((?:(\d+(?:\.\d+)?)%)?[^\n]*\);)?"
-    r"[^\n]*"  # fields added after these are tolerated
+    rf"{re.escape(_ITERATION.label)}(\d+);"
+    + "".join(map(_optional, _DL4J_REST))
+    + r"(?: GC: ((?:\[[^\]\n]*\](?:, )?)*);)?"
+    + "".join(map(_optional, TRAINPERF_FIELDS))
+    + r"( warm-up;)?"
+    + r"(?: verdict: ([\w-]+) \((?:(\d+(?:\.\d+)?)%)?[^\n]*\);)?"
+    + r"[^\n]*"  # fields added after these are tolerated
 )
 # The fast pattern starts with a literal, which the engine finds with a plain substring search, so
 # whatever stands before the fields (timestamps, levels, logger names) costs almost nothing. The
@@ -60,9 +66,8 @@ _FAST = re.compile(rf"ETL: (?:{_DEVICE})?{_NUM} ms; {_BODY}")
 # only when such lines exist.
 _GENERAL = re.compile(rf"^[^\n]*?(?:Device: \[(\d+)\]; )?(?:ETL: {_NUM} ms; )?{_BODY}", re.MULTILINE)
 _GROUPS = (
-    "device", "etl_ms", "iteration", "iteration_ms", "samples_per_sec", "batches_per_sec", "score", "gc",
-    "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms", "etl_max_ms", "epoch", "rank", "warmup",
-    "verdict", "verdict_pct",
+    "device", _ETL.name, _ITERATION.name, *(f.name for f in _DL4J_REST), "gc", *(f.name for f in TRAINPERF_FIELDS),
+    "warmup", "verdict", "verdict_pct",
 )
 # ``[PS Scavenge: 2 (1ms)]``, ``[gen0: 3 (0.41ms)]``, ``[cuda_alloc_retries: 1]``; a newline marks a line's end.
 _GC = re.compile(r"\[([^:\]\n]+): (\d+)(?: \(" + _NUM + r" ?ms\))?\]|(\n)")

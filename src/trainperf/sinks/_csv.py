@@ -9,19 +9,14 @@ import tempfile
 import warnings
 from typing import IO, Any
 
-from .._record import PerformanceRecord
+from .._record import PerformanceRecord, flat_columns
 from ._file import FileSink
 
 __all__ = ["CsvSink", "CSV_COLUMNS"]
 
 #: The CSV sink's leading columns, always present and always in this order. Collector columns
 #: (``gc.<name>.count``, ``gc.<name>.ms``) follow in the order the collectors first appear.
-CSV_COLUMNS = (
-    "timestamp", "host", "pid", "rank", "device", "epoch", "iteration", "window_iterations", "window_s",
-    "warmup", "etl_ms", "etl_max_ms", "iteration_ms", "iteration_p50_ms", "iteration_p95_ms",
-    "iteration_max_ms", "samples_per_sec", "batches_per_sec", "score", "samples", "batches",
-    "etl_total_ms", "gc_total_ms", "verdict", "verdict_pct",
-)
+CSV_COLUMNS = flat_columns()
 
 
 def _cell(value: Any) -> Any:

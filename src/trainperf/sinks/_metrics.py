@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from .._record import PerformanceRecord
+from .._record import PerformanceRecord, metric_fields
 
 __all__ = ["scalar_metrics"]
 
-_SCALARS = (
-    "etl_ms", "etl_max_ms", "iteration_ms", "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms",
-    "samples_per_sec", "batches_per_sec", "score", "gc_total_ms",
-)
+_SCALARS = metric_fields()
 
 
 def scalar_metrics(record: PerformanceRecord, prefix: str = "trainperf/") -> dict[str, float]:
