@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from .._atomic import atomic_write
 
 __all__ = ["main"]
 
@@ -32,49 +35,20 @@ def _parse(args: argparse.Namespace) -> int:
         return 0
     frame = log.to_pandas()
     if out.endswith(".csv"):
-        _atomic_write(out, lambda f: frame.to_csv(f, index=False))
+        atomic_write(out, lambda f: frame.to_csv(f, index=False))
     else:
-        _atomic_write(out, lambda f: frame.to_json(f, orient="records", lines=True))
+        atomic_write(out, lambda f: frame.to_json(f, orient="records", lines=True))
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
-def _atomic_write(path: str, write: Any) -> None:
-    """Write through a temporary file in the same folder, then rename: never a half-written file."""
-    import os
-    import tempfile
-
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".trainperf-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _plot(args: argparse.Namespace) -> int:
-    import os
-
     from .._logs import parse_log, plot
 
     fig = plot(parse_log(args.log), title=args.title)
     out: str = args.output
-    suffix = os.path.splitext(out)[1] or ".png"
-    folder = os.path.dirname(os.path.abspath(out))
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".trainperf-", suffix=suffix)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=args.dpi)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    suffix = os.path.splitext(out)[1][1:] or "png"
+    atomic_write(out, lambda f: fig.savefig(f, format=suffix, dpi=args.dpi), binary=True)
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from .._atomic import atomic_write
 
 __all__ = ["presave", "load_presaved", "PresavedDataset", "CorruptShardError"]
 
@@ -18,20 +19,6 @@ FORMAT = "trainperf-presave/1"
 
 class CorruptShardError(OSError):
     """A shard is missing, truncated or damaged; the message names it."""
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _crc32(path: Path) -> int:
@@ -74,7 +61,7 @@ def presave(source: Iterable[Any], path: str | os.PathLike[str], *, batches_per_
     def flush() -> None:
         name = f"shard-{len(shards):05d}.pt"
         target = folder / name
-        _atomic_write(target, lambda f: torch.save(list(pending), f))
+        atomic_write(target, lambda f: torch.save(list(pending), f), binary=True, fsync=True)
         shards.append({"file": name, "batches": len(pending), "bytes": target.stat().st_size,
                        "crc32": _crc32(target)})
         pending.clear()
@@ -86,7 +73,7 @@ def presave(source: Iterable[Any], path: str | os.PathLike[str], *, batches_per_
     if pending:
         flush()
     manifest = {"format": FORMAT, "batches": sum(s["batches"] for s in shards), "shards": shards}
-    _atomic_write(manifest_path, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+    atomic_write(manifest_path, lambda f: f.write(json.dumps(manifest, indent=1).encode()), binary=True, fsync=True)
     return folder
 
 

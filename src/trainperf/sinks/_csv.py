@@ -5,10 +5,10 @@ from __future__ import annotations
 import csv
 import math
 import os
-import tempfile
 import warnings
 from typing import IO, Any
 
+from .._atomic import atomic_write
 from .._record import PerformanceRecord, flat_columns
 from ._file import FileSink
 
@@ -72,11 +72,12 @@ class CsvSink(FileSink):
         with open(self.path, encoding="utf-8", newline="") as old:
             rows = list(csv.DictReader(old))
         self.columns.extend(new)
-        fd, tmp = tempfile.mkstemp(prefix=self.path.name, suffix=".tmp", dir=self.path.parent)
-        with open(fd, "w", encoding="utf-8", newline="") as out:
+
+        def write(out: IO[str]) -> None:
             self._start(out)
             self._writer.writerows(rows)
-        os.replace(tmp, self.path)
+
+        atomic_write(self.path, write)
         warnings.warn(f"{self!r}: new columns {new}; the file was rewritten with a wider header", stacklevel=3)
         self._file = open(self.path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - owned
         self._writer = csv.DictWriter(self._file, fieldnames=self.columns, extrasaction="ignore")
