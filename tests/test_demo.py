@@ -21,7 +21,7 @@ def test_demo_verdict_flips_from_input_bound_to_fine():
     assert all(r.verdict.kind == "fine" for r in fixed)
     assert all(10.0 <= r.etl_ms <= 16.0 for r in slow)
     assert all(r.etl_ms < 1.0 for r in fixed)
-    assert result["slow"].data_wait_pct > 20 > result["fixed"].data_wait_pct
+    assert result["slow"].etl_pct > 20 > result["fixed"].etl_pct
     text = out.getvalue()
     assert "num_workers=0" in text and "trainperf summary" in text
 

@@ -64,17 +64,17 @@ def test_step2_cudnn_with_fakes():
 def test_step3_slow_loader_with_no_workers_fails_and_fast_one_passes():
     report = trainperf.doctor(model=small(), loader=loader(delay=0.02), steps=3)
     check = report["data_loading"]
-    assert check.status == "fail" and check.evidence["data_wait_pct"] >= 20
+    assert check.status == "fail" and check.evidence["etl_pct"] >= 20
     assert "num_workers" in check.fix
     data = [(torch.randn(32, 8), torch.randint(0, 2, (32,))) for _ in range(6)]
     assert trainperf.doctor(model=small(), loader=data, steps=3)["data_loading"].status == "ok"
 
 
 def test_step3_thresholds_from_measurement():
-    m = Measurement(batches=10, data_wait_s=0.1, step_s=0.9)
+    m = Measurement(batches=10, etl_s=0.1, step_s=0.9)
     data = [(torch.zeros(2, 8), torch.zeros(2))]
     assert run("data_loading", loader=data, measurement=m).status == "warn"  # 10%: moderate
-    m.data_wait_s = 0.01
+    m.etl_s = 0.01
     assert run("data_loading", loader=data, measurement=m).status == "ok"
 
 

@@ -271,7 +271,7 @@ def test_summary_splits_time_and_recommends(clock):
     summary = listener.summary()
     assert summary.iterations == 4  # warm-up left out
     assert summary.wall_s == pytest.approx(0.04)
-    assert summary.data_wait_pct == pytest.approx(50.0)
+    assert summary.etl_pct == pytest.approx(50.0)
     assert summary.compute_pct == pytest.approx(50.0)
     assert any("num_workers" in r for r in summary.recommendations)
     assert "data wait" in str(summary)

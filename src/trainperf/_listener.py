@@ -7,12 +7,14 @@ import socket
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ._advice import DEFAULT_FIXES
 from ._gc import GCMonitor
 from ._record import GCStat, PerformanceRecord, Verdict
 from ._summary import RunSummary, build_summary
-from ._verdict import DEFAULT_FIXES, judge
+from ._verdict import judge
 from ._window import WindowEntry, window_figures
 from .sinks._base import FanOut, Sink
 from .sinks._logging import LoggingSink
@@ -22,6 +24,18 @@ __all__ = ["PerformanceListener", "IterationTimer", "BottleneckWarning"]
 
 Collector = Callable[[], tuple[int, float | None]]
 Advisor = Callable[[str], Sequence[str]]
+
+
+@dataclass
+class _RunTotals:
+    """Sums over the reported windows after the warm-up one, for :meth:`PerformanceListener.summary`."""
+
+    wall_s: float = 0.0
+    etl_s: float = 0.0
+    gc_s: float = 0.0
+    samples: int = 0
+    iterations: int = 0
+    verdict_counts: dict[str, int] = field(default_factory=dict)
 
 
 class BottleneckWarning(UserWarning):
@@ -158,9 +172,7 @@ class PerformanceListener:
         self._explicit_etl = False
         self._pending_etl = 0.0
         self._count = 0
-        self._totals = [0.0, 0.0, 0.0, 0]  # wall seconds, data-wait seconds, GC seconds, samples
-        self._total_iterations = 0
-        self._verdict_counts: dict[str, int] = {}
+        self._totals = _RunTotals()
         self._started = False
         self._window: list[WindowEntry] = []
         self._score: Any = None
@@ -395,13 +407,15 @@ class PerformanceListener:
     def _accumulate(self, record: PerformanceRecord, etl_s: float, gc_s: float) -> None:
         if record.warmup:
             return
-        self._totals[0] += record.window_s
-        self._totals[1] += etl_s
-        self._totals[2] += gc_s
-        self._totals[3] += record.samples or 0
-        self._total_iterations += record.window_iterations
+        totals = self._totals
+        totals.wall_s += record.window_s
+        totals.etl_s += etl_s
+        totals.gc_s += gc_s
+        totals.samples += record.samples or 0
+        totals.iterations += record.window_iterations
         if record.verdict is not None:
-            self._verdict_counts[record.verdict.kind] = self._verdict_counts.get(record.verdict.kind, 0) + 1
+            kind = record.verdict.kind
+            totals.verdict_counts[kind] = totals.verdict_counts.get(kind, 0) + 1
 
     def fixes_for(self, kind: str) -> list[str]:
         """Fixes for a bad verdict: first what the adapters can see, then the general ones."""
@@ -428,14 +442,14 @@ class PerformanceListener:
     def summary(self) -> RunSummary:
         """Time split (data wait / compute / GC) over every reported window after warm-up, with the
         top recommendations."""
-        wall, etl_s, gc_s, samples = self._totals
+        totals = self._totals
         return build_summary(
-            wall_s=wall,
-            etl_s=etl_s,
-            gc_s=gc_s,
-            iterations=self._total_iterations,
-            samples=int(samples),
-            verdict_counts=dict(self._verdict_counts),
+            wall_s=totals.wall_s,
+            etl_s=totals.etl_s,
+            gc_s=totals.gc_s,
+            iterations=totals.iterations,
+            samples=totals.samples,
+            verdict_counts=dict(totals.verdict_counts),
             fixes=self.fixes_for,
         )
 

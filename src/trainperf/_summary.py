@@ -15,7 +15,7 @@ class RunSummary:
     """Time split of a run (after the warm-up window) and its top recommendations."""
 
     wall_s: float
-    data_wait_s: float
+    etl_s: float
     gc_s: float
     compute_s: float
     iterations: int
@@ -27,8 +27,8 @@ class RunSummary:
         return 100.0 * part / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
-    def data_wait_pct(self) -> float:
-        return self._pct(self.data_wait_s)
+    def etl_pct(self) -> float:
+        return self._pct(self.etl_s)
 
     @property
     def gc_pct(self) -> float:
@@ -45,10 +45,10 @@ class RunSummary:
     def to_dict(self) -> dict[str, object]:
         return {
             "wall_s": self.wall_s,
-            "data_wait_s": self.data_wait_s,
+            "etl_s": self.etl_s,
             "gc_s": self.gc_s,
             "compute_s": self.compute_s,
-            "data_wait_pct": self.data_wait_pct,
+            "etl_pct": self.etl_pct,
             "gc_pct": self.gc_pct,
             "compute_pct": self.compute_pct,
             "iterations": self.iterations,
@@ -65,7 +65,7 @@ class RunSummary:
         lines = [
             f"trainperf summary: {self.iterations} iterations in {self.wall_s:.2f} s"
             + (f" ({rate:.1f} samples/sec)" if rate else ""),
-            f"  data wait {self.data_wait_s:8.3f} s  {self.data_wait_pct:5.1f}%",
+            f"  data wait {self.etl_s:8.3f} s  {self.etl_pct:5.1f}%",
             f"  compute   {self.compute_s:8.3f} s  {self.compute_pct:5.1f}%",
             f"  GC        {self.gc_s:8.3f} s  {self.gc_pct:5.1f}%",
         ]
@@ -104,7 +104,7 @@ def build_summary(
                 recommendations.append(fix)
     return RunSummary(
         wall_s=wall_s,
-        data_wait_s=etl_s,
+        etl_s=etl_s,
         gc_s=gc_s,
         compute_s=compute_s,
         iterations=iterations,

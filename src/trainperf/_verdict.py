@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._record import Verdict
 
-__all__ = ["judge", "INPUT_BOUND_SHARE", "GC_BOUND_SHARE", "DEFAULT_FIXES"]
+__all__: list[str] = []
 
 #: Data wait at or above this share of the window's wall time makes it input-bound.
 #: TensorFlow's profiler calls a step "highly input-bound" from 20% of its time in input.
@@ -12,22 +12,6 @@ INPUT_BOUND_SHARE = 20.0
 #: GC pauses at or above this share make a window GC-bound. The guide treats collections that
 #: cost tens of milliseconds every few seconds as noticeable; a tenth of the wall time is well past that.
 GC_BOUND_SHARE = 10.0
-
-DEFAULT_FIXES: dict[str, tuple[str, ...]] = {
-    "input-bound": (
-        "load batches in the background: DataLoader(num_workers>0, persistent_workers=True, "
-        "prefetch_factor=2..4) or trainperf.data.prefetch(loader)",
-        "pre-save decoded/augmented batches once with trainperf.data.presave() and train from "
-        "trainperf.data.load_presaved()",
-        "on CUDA, DataLoader(pin_memory=True) with .to(device, non_blocking=True)",
-    ),
-    "gc-bound": (
-        "call gc.freeze() after building the model and data so long-lived objects leave the young generations",
-        "raise the generation-0 threshold, e.g. gc.set_threshold(50_000, 50, 100)",
-        "keep fewer Python objects per step (tensors instead of lists of floats, no per-step dicts)",
-    ),
-}
-
 
 def judge(window_s: float, etl_s: float, gc_s: float) -> Verdict:
     """Verdict for one window from its wall time and the data-wait and GC-pause seconds in it."""

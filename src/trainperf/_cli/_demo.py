@@ -93,7 +93,7 @@ def run_demo(
     decoded = list(make_loader())  # decode once, as pre-saving does
     fixed_listener, fixed = train("2/2 fixed: batches decoded once up front (pre-saved) and kept in memory", decoded)
     print(
-        f"\ndata wait: {slow.data_wait_pct:.0f}% of the run -> {fixed.data_wait_pct:.0f}%; "
+        f"\ndata wait: {slow.etl_pct:.0f}% of the run -> {fixed.etl_pct:.0f}%; "
         f"samples/sec: {slow.samples_per_sec or 0:.0f} -> {fixed.samples_per_sec or 0:.0f}",
         file=out,
         flush=True,

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._advice import dataloader_tips
 from .._verdict import INPUT_BOUND_SHARE
 from ._probe import Environment, Measurement
 from ._report import Check
@@ -91,18 +92,16 @@ def data_loading(ctx: Context) -> Check:
     if isinstance(loader, torch.utils.data.DataLoader):
         evidence.update(num_workers=loader.num_workers, pin_memory=loader.pin_memory,
                         persistent_workers=loader.persistent_workers, prefetch_factor=loader.prefetch_factor)
-        if loader.num_workers == 0:
-            tips.append("DataLoader(num_workers=4) or more, to load in worker processes")
-        elif not loader.persistent_workers:
-            tips.append("DataLoader(persistent_workers=True), so workers survive between epochs")
-        if ctx.env.cuda_available and not loader.pin_memory:
-            tips.append("DataLoader(pin_memory=True) with .to('cuda', non_blocking=True)")
+        tips = dataloader_tips(
+            num_workers=loader.num_workers, persistent_workers=loader.persistent_workers,
+            prefetch_factor=loader.prefetch_factor, pin_memory=loader.pin_memory, cuda=ctx.env.cuda_available,
+        )
     share = None
     if m is not None and m.batches:
-        total = m.data_wait_s + m.step_s
-        share = 100.0 * m.data_wait_s / total if total > 0 else 0.0
-        evidence.update(batches=m.batches, data_wait_ms=1000 * m.data_wait_s / m.batches,
-                        step_ms=1000 * m.step_s / m.batches, data_wait_pct=round(share, 1))
+        total = m.etl_s + m.step_s
+        share = 100.0 * m.etl_s / total if total > 0 else 0.0
+        evidence.update(batches=m.batches, etl_ms=1000 * m.etl_s / m.batches,
+                        step_ms=1000 * m.step_s / m.batches, etl_pct=round(share, 1))
     fix = "; ".join(tips + ["or trainperf.data.prefetch(loader) / trainperf.data.presave(...)"])
     if share is not None and share >= INPUT_BOUND_SHARE:
         return Check(3, "data_loading", title, "fail", evidence, fix=fix,
@@ -121,7 +120,7 @@ def garbage_collection(ctx: Context) -> Check:
     evidence: dict[str, Any] = {"tracked_objects": env.tracked_objects}
     share = None
     if m is not None and m.batches:
-        total = m.data_wait_s + m.step_s
+        total = m.etl_s + m.step_s
         share = 100.0 * m.gc_s / total if total > 0 else 0.0
         evidence.update(gc_pause_ms=1000 * m.gc_s, collections=m.gc_collections, gc_pct=round(share, 1))
     fix = ("gc.freeze() once the model and data are built (long-lived objects leave the collector's view); "

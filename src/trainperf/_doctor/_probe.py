@@ -106,7 +106,7 @@ class Measurement:
     """What a few real steps of the user's model and loader showed."""
 
     batches: int = 0
-    data_wait_s: float = 0.0
+    etl_s: float = 0.0
     step_s: float = 0.0
     gc_s: float = 0.0
     gc_collections: int = 0
@@ -215,7 +215,7 @@ def measure(model: Any, loader: Any, *, steps: int = 5, loss_fn: Any = None) -> 
             if continue_warm:
                 continue
             result.step_s += time.perf_counter() - step_started
-            result.data_wait_s += waited
+            result.etl_s += waited
             result.batches += 1
         counts, seconds = monitor.snapshot()
         if result.batches:

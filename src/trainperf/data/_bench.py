@@ -18,7 +18,7 @@ class BenchResult:
 
     mode: str
     batches: int
-    data_wait_s: float
+    etl_s: float
     compute_s: float
     total_s: float
     samples_per_sec: float | None
@@ -103,7 +103,7 @@ def format_bench(results: list[BenchResult]) -> str:
     lines = [head, "-" * len(head)]
     for r in results:
         rate = f"{r.samples_per_sec:10.1f}" if r.samples_per_sec else f"{'-':>10}"
-        lines.append(f"{r.mode:<10} {r.batches:>7} {r.data_wait_s:>10.3f} {r.compute_s:>10.3f} {r.total_s:>8.3f} "
+        lines.append(f"{r.mode:<10} {r.batches:>7} {r.etl_s:>10.3f} {r.compute_s:>10.3f} {r.total_s:>8.3f} "
                      f"{rate} {r.prepare_s:>9.3f}")
     base = results[0].total_s if results else 0
     for r in results[1:]:

@@ -5,7 +5,8 @@ counts every micro-batch in the step that consumes it. Validation and checkpoint
 during ``fit`` are taken out of the windows: they count neither as data wait nor as training time.
 
 Data wait: Lightning has no hook around fetching a batch. During an epoch the callback times the
-training data fetcher's own ``next()`` on the dataloader iterator, the same span Lightning's
+training data fetcher's own ``next()`` on the dataloader iterator (through the profiler callables
+that the training epoch loop hands to the fetcher), the same span Lightning's
 profiler reports as ``train_dataloader_next`` (with its default one-batch prefetch, that fetch
 returns the batch after the one about to run). For the first batch of each epoch, whose fetch
 happens while the epoch's iterator is created, and where the fetcher cannot be timed, the data
@@ -15,18 +16,25 @@ wait is the gap between the end of the previous step (or the epoch's start) and
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._listener import PerformanceListener
 from ..sinks import LoggerSink, Sink
-from ._compat import callback_bases
+from ..torch.shared import batch_size, loader_advisor, use_model_device
+from ._compat import callback_base
+
+if TYPE_CHECKING:
+    from pytorch_lightning import Callback as _CallbackBase
+else:
+    _CallbackBase = callback_base()
 
 __all__ = ["PerformanceCallback"]
 
-_LISTENER_OPTIONS = (
-    "report_score", "report_gc", "report_etl", "report_iteration", "report_time", "report_sample",
-    "report_batch", "sinks", "strict", "history", "verdict", "clock", "wall_clock", "rank",
+#: The listener's keyword options, which the callback passes on (``frequency`` is its first argument).
+_LISTENER_OPTIONS = frozenset(
+    name for name, p in inspect.signature(PerformanceListener).parameters.items() if p.kind is p.KEYWORD_ONLY
 )
 
 
@@ -35,7 +43,7 @@ class _TimedFetch:
 
     __slots__ = ("inner", "owner", "starts")
 
-    def __init__(self, inner: Any, owner: _PerformanceCallbackImpl, starts: bool) -> None:
+    def __init__(self, inner: Any, owner: PerformanceCallback, starts: bool) -> None:
         self.inner = inner
         self.owner = owner
         self.starts = starts
@@ -50,7 +58,22 @@ class _TimedFetch:
         self.inner()
 
 
-class _PerformanceCallbackImpl:
+class PerformanceCallback(_CallbackBase):
+    """Reports Lightning training like :class:`~trainperf.PerformanceListener` reports a loop.
+
+    Subclasses the ``Callback`` of ``lightning.pytorch`` and of ``pytorch_lightning`` (each that is
+    installed), so a ``Trainer`` from either accepts it.
+
+    Args:
+        frequency: report every this many optimizer steps.
+        log_to_loggers: also send the figures to the trainer's loggers (``log_metrics``, keyed by step).
+        **options: any keyword option of :class:`~trainperf.PerformanceListener`
+            (``report_score``, ``report_gc``, ``sinks``, ...).
+
+    Example:
+        >>> trainer = Trainer(callbacks=[PerformanceCallback(10, report_gc=True, report_score=True)])  # doctest: +SKIP
+    """
+
     def __init__(self, frequency: int = 1, *, log_to_loggers: bool = True, **options: Any) -> None:
         unknown = set(options) - set(_LISTENER_OPTIONS)
         if unknown:
@@ -58,6 +81,7 @@ class _PerformanceCallbackImpl:
             raise TypeError(f"PerformanceCallback got an unexpected keyword argument {name!r}")
         if not isinstance(log_to_loggers, bool):
             raise TypeError(f"log_to_loggers must be a bool, got {log_to_loggers!r}")
+        super().__init__()
         self._frequency = frequency
         self._options = dict(options)
         self.log_to_loggers = log_to_loggers
@@ -73,7 +97,7 @@ class _PerformanceCallbackImpl:
         self._last_step = 0
         self._paused_at: float | None = None
         self._fetch_started: float | None = None
-        self._fetcher: Any = None
+        self._epoch_loop: Any = None
         self._logger_sink: Sink | None = None
         self._trainer: Any = None
 
@@ -92,32 +116,23 @@ class _PerformanceCallbackImpl:
             self.listener.add_sink(self._logger_sink)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        from ..torch._cuda import CudaEventTimer, alloc_retries_reader
-
         listener = self.listener
         device = getattr(pl_module, "device", None)
-        if device is not None and device.type == "cuda":
-            listener.set_timer(CudaEventTimer(device))
-            listener.device = device.index
-            name, read = alloc_retries_reader(device)
-            listener.add_collector(name, read)  # type: ignore[arg-type]
+        if device is not None:
+            use_model_device(listener, device)
         if getattr(trainer, "world_size", 1) > 1:
-            listener.rank = trainer.global_rank
+            listener.set_rank(trainer.global_rank)
         self._last_step = trainer.global_step
         self._wrap_save_checkpoint(trainer)
-        from ..torch._advice import loader_advisor
-
+        self._wrap_fetch(trainer)
         listener.add_advisor(lambda kind: loader_advisor(getattr(trainer, "train_dataloader", None))(kind))
         listener.start()
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self.listener.epoch = trainer.current_epoch
+        self.listener.set_epoch(trainer.current_epoch)
 
     # -- hot path -------------------------------------------------------------------------
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        fetcher = trainer.fit_loop._data_fetcher if self._fetcher is None else self._fetcher
-        if fetcher is not None and not isinstance(getattr(fetcher, "_stop_profiler", None), _TimedFetch):
-            self._wrap_fetcher(fetcher)
         n = batch_size(batch)
         if self._open:
             self._micro += 1
@@ -178,23 +193,26 @@ class _PerformanceCallbackImpl:
         save_checkpoint._trainperf = True  # type: ignore[attr-defined]
         trainer.save_checkpoint = save_checkpoint
 
-    def _wrap_fetcher(self, fetcher: Any) -> None:
-        if not hasattr(fetcher, "_start_profiler") or not hasattr(fetcher, "_stop_profiler"):
+    def _wrap_fetch(self, trainer: Any) -> None:
+        """Time the training fetcher's ``next()``: at each epoch's start, Lightning's training epoch loop
+        hands its ``_on_before_fetch`` / ``_on_after_fetch`` to the fetcher as profiler callables; wrapped
+        once here on the loop instance, the fetcher gets the timed ones every epoch."""
+        epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        if epoch_loop is None or not all(hasattr(epoch_loop, n) for n in ("_on_before_fetch", "_on_after_fetch")):
             return
-        self._fetcher = fetcher
-        fetcher._start_profiler = _TimedFetch(fetcher._start_profiler, self, True)
-        fetcher._stop_profiler = _TimedFetch(fetcher._stop_profiler, self, False)
+        self._epoch_loop = epoch_loop
+        epoch_loop._on_before_fetch = _TimedFetch(epoch_loop._on_before_fetch, self, True)
+        epoch_loop._on_after_fetch = _TimedFetch(epoch_loop._on_after_fetch, self, False)
 
     def _unwrap(self, trainer: Any) -> None:
         if getattr(trainer.__dict__.get("save_checkpoint"), "_trainperf", False):
             del trainer.__dict__["save_checkpoint"]
-        fetcher = self._fetcher
-        if fetcher is not None:
-            for name in ("_start_profiler", "_stop_profiler"):
-                wrapped = getattr(fetcher, name, None)
-                if isinstance(wrapped, _TimedFetch):
-                    setattr(fetcher, name, wrapped.inner)
-        self._fetcher = None
+        epoch_loop = self._epoch_loop
+        if epoch_loop is not None:
+            for name in ("_on_before_fetch", "_on_after_fetch"):
+                if isinstance(epoch_loop.__dict__.get(name), _TimedFetch):
+                    del epoch_loop.__dict__[name]
+        self._epoch_loop = None
 
     # -- teardown -------------------------------------------------------------------------
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
@@ -214,32 +232,3 @@ class _PerformanceCallbackImpl:
     def history(self) -> Any:
         """The listener's recent records."""
         return self.listener.history
-
-
-def batch_size(batch: Any) -> int | None:
-    from ..torch._batch import batch_size as find
-
-    return find(batch)
-
-
-PerformanceCallback = type(
-    "PerformanceCallback",
-    (_PerformanceCallbackImpl, *callback_bases()),
-    {
-        "__module__": __name__,
-        "__doc__": """Reports Lightning training like :class:`~trainperf.PerformanceListener` reports a loop.
-
-    Subclasses the ``Callback`` of ``lightning.pytorch`` and of ``pytorch_lightning`` (each that is
-    installed), so a ``Trainer`` from either accepts it.
-
-    Args:
-        frequency: report every this many optimizer steps.
-        log_to_loggers: also send the figures to the trainer's loggers (``log_metrics``, keyed by step).
-        **options: any keyword option of :class:`~trainperf.PerformanceListener`
-            (``report_score``, ``report_gc``, ``sinks``, ...).
-
-    Example:
-        >>> trainer = Trainer(callbacks=[PerformanceCallback(10, report_gc=True, report_score=True)])  # doctest: +SKIP
-    """,
-    },
-)

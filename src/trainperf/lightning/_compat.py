@@ -6,9 +6,17 @@ import importlib
 import importlib.util
 from typing import Any
 
-__all__ = ["callback_bases"]
+__all__: list[str] = []
 
 _PACKAGES = (("lightning", "lightning.pytorch"), ("pytorch_lightning", "pytorch_lightning"))
+
+
+def callback_base() -> type[Any]:
+    """One class that is the ``Callback`` of every installed Lightning package (see :func:`callback_bases`)."""
+    bases = callback_bases()
+    if len(bases) == 1:
+        return bases[0]
+    return type("LightningCallback", bases, {"__module__": __name__})
 
 
 def callback_bases() -> tuple[type[Any], ...]:

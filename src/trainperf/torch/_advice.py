@@ -7,7 +7,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["loader_advisor"]
+from .._advice import dataloader_tips
+
+__all__: list[str] = []
 
 
 def loader_advisor(loader: Any) -> Callable[[str], list[str]]:
@@ -16,19 +18,12 @@ def loader_advisor(loader: Any) -> Callable[[str], list[str]]:
     def advise(kind: str) -> list[str]:
         if kind != "input-bound" or not isinstance(loader, torch.utils.data.DataLoader):
             return []
-        tips: list[str] = []
-        if loader.num_workers == 0:
-            tips.append("DataLoader has num_workers=0: load in worker processes, e.g. num_workers=4")
-        else:
-            if not loader.persistent_workers:
-                tips.append(
-                    f"DataLoader has num_workers={loader.num_workers} without persistent_workers=True: "
-                    "workers restart every epoch"
-                )
-            if loader.prefetch_factor is not None and loader.prefetch_factor < 2:
-                tips.append(f"DataLoader has prefetch_factor={loader.prefetch_factor}: raise it to 2-4")
-        if torch.cuda.is_available() and not loader.pin_memory:
-            tips.append("DataLoader has pin_memory=False on a CUDA machine: set pin_memory=True")
-        return tips
+        return dataloader_tips(
+            num_workers=loader.num_workers,
+            persistent_workers=loader.persistent_workers,
+            prefetch_factor=loader.prefetch_factor,
+            pin_memory=loader.pin_memory,
+            cuda=torch.cuda.is_available(),
+        )
 
     return advise

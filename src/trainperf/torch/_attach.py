@@ -22,8 +22,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .._listener import IterationTimer, PerformanceListener
 from ._batch import batch_size
-from ._cuda import CudaEventTimer, alloc_retries_reader
-from ._tap import AttachmentList, tap_of, untap
+from ._tap import attachments_of, tap_of, untap
+from .shared import process_rank, use_model_device
 
 __all__ = ["Attachment", "attach", "detach"]
 
@@ -67,8 +67,7 @@ class Attachment:
         self._step_handle = register_optimizer_step_post_hook(self._on_step)
         self._detached = False
         listener.on_close(self.detach)
-        attachments = model.__dict__.setdefault("_trainperf_attachments", AttachmentList())
-        attachments.append(self)
+        attachments_of(model, create=True).append(self)
 
     # hot path ---------------------------------------------------------------
     def _on_forward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -100,17 +99,11 @@ class Attachment:
     def _first_forward(self) -> None:
         self._started = True
         param = next(self.model.parameters(), None)
-        if param is not None and param.is_cuda:
-            device = param.device
-            factory = self._timer_factory or CudaEventTimer
-            self.listener.set_timer(factory(device))
-            self.listener.device = device.index
-            name, read = alloc_retries_reader(device)
-            self.listener.add_collector(name, read)  # type: ignore[arg-type]
-        elif self._timer_factory is not None and param is not None:
-            self.listener.set_timer(self._timer_factory(param.device))
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            self.listener.rank = torch.distributed.get_rank()
+        if param is not None:
+            use_model_device(self.listener, param.device, self._timer_factory)
+        rank = process_rank()
+        if rank is not None:
+            self.listener.set_rank(rank)
         self.listener.start()
         self._start = self.listener.clock()
 
@@ -139,7 +132,7 @@ class Attachment:
         untap(self.model, self._on_forward)
         self._step_handle.remove()
         self._last_owned = None
-        attachments = self.model.__dict__.get("_trainperf_attachments", [])
+        attachments = attachments_of(self.model)
         if self in attachments:
             attachments.remove(self)
 
@@ -166,5 +159,5 @@ def attach(
 
 def detach(model: torch.nn.Module) -> None:
     """Remove every listener attached to ``model``."""
-    for attachment in list(model.__dict__.get("_trainperf_attachments", [])):
+    for attachment in list(attachments_of(model)):
         attachment.detach()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["CudaEventTimer", "alloc_retries_reader"]
+from .._listener import Collector
+
+__all__ = ["CudaEventTimer"]
 
 
 class CudaEventTimer:
@@ -53,7 +55,7 @@ class CudaEventTimer:
         return out
 
 
-def alloc_retries_reader(device: torch.device) -> tuple[str, object]:
+def alloc_retries_reader(device: torch.device) -> tuple[str, Collector]:
     """A collector for the caching allocator's retries (its "full GC": freeing cached blocks and retrying)."""
 
     def read() -> tuple[int, float | None]:

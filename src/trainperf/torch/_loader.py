@@ -8,6 +8,7 @@ from typing import Any, Generic, TypeVar
 
 from .._listener import PerformanceListener
 from ._advice import loader_advisor
+from ._tap import attachments_of, is_listened
 
 __all__ = ["TimedLoader", "timed"]
 
@@ -20,10 +21,9 @@ def _listeners_of(targets: tuple[Any, ...]) -> list[PerformanceListener]:
         if isinstance(target, PerformanceListener):
             out.append(target)
             continue
-        attachments = getattr(target, "_trainperf_attachments", None)
-        if attachments is None:
+        if not is_listened(target):
             raise TypeError(f"targets must be PerformanceListener objects or listened-to models, got {target!r}")
-        out.extend(a.listener for a in attachments)
+        out.extend(a.listener for a in attachments_of(target))
     return out
 
 

@@ -11,6 +11,7 @@ from .._listener import PerformanceListener
 from ._attach import Attachment, attach, detach
 from ._batch import map_tensors
 from ._loader import timed
+from ._tap import attachments_of
 
 __all__ = ["ListenerModule"]
 
@@ -40,11 +41,11 @@ class ListenerModule:
     @property
     def listeners(self) -> list[PerformanceListener]:
         """The listeners attached to this model."""
-        return [a.listener for a in self.__dict__.get("_trainperf_attachments", [])]
+        return [a.listener for a in attachments_of(self)]
 
     def set_score(self, loss: Any) -> None:
         """Hand the current step's loss to every listener (read on report iterations only)."""
-        for attachment in self.__dict__.get("_trainperf_attachments", []):
+        for attachment in attachments_of(self):
             attachment.set_score(loss)
 
     def fit(
@@ -83,7 +84,7 @@ class ListenerModule:
         source = timed(loader, *listeners) if listeners else loader
         for epoch in range(epochs):
             for listener in listeners:
-                listener.epoch = epoch
+                listener.set_epoch(epoch)
             for batch in source:
                 inputs, targets = map_tensors(batch[:2], lambda t: t.to(target, non_blocking=True))
                 optimizer.zero_grad(set_to_none=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["ForwardTap", "AttachmentList", "tap_of", "untap"]
+__all__: list[str] = []
 
 Callback = Callable[[tuple[Any, ...], dict[str, Any]], None]
 
@@ -83,3 +83,22 @@ def untap(model: torch.nn.Module, callback: Callback) -> None:
             del model.__dict__["forward"]
         else:
             model.__dict__["forward"] = original
+
+
+_ATTACHMENTS = "_trainperf_attachments"
+
+
+def attachments_of(model: Any, *, create: bool = False) -> AttachmentList:
+    """The attachments of ``model`` (a list kept in the instance's ``__dict__``); ``create`` adds the
+    list when there is none, else a model without attachments gives an empty, unattached list."""
+    found = model.__dict__.get(_ATTACHMENTS)
+    if found is None:
+        found = AttachmentList()
+        if create:
+            model.__dict__[_ATTACHMENTS] = found
+    return found  # type: ignore[no-any-return]
+
+
+def is_listened(model: Any) -> bool:
+    """Whether ``model`` has had listeners attached (now or before)."""
+    return _ATTACHMENTS in getattr(model, "__dict__", {})

@@ -1,0 +1,50 @@
+"""What to change: the general fixes for each bad verdict, and what a DataLoader's settings leave unused."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
+
+DEFAULT_FIXES: dict[str, tuple[str, ...]] = {
+    "input-bound": (
+        "load batches in the background: DataLoader(num_workers>0, persistent_workers=True, "
+        "prefetch_factor=2..4) or trainperf.data.prefetch(loader)",
+        "pre-save decoded/augmented batches once with trainperf.data.presave() and train from "
+        "trainperf.data.load_presaved()",
+        "on CUDA, DataLoader(pin_memory=True) with .to(device, non_blocking=True)",
+    ),
+    "gc-bound": (
+        "call gc.freeze() after building the model and data so long-lived objects leave the young generations",
+        "raise the generation-0 threshold, e.g. gc.set_threshold(50_000, 50, 100)",
+        "keep fewer Python objects per step (tensors instead of lists of floats, no per-step dicts)",
+    ),
+}
+
+
+def dataloader_tips(
+    *, num_workers: int, persistent_workers: bool, prefetch_factor: int | None, pin_memory: bool, cuda: bool
+) -> list[str]:
+    """The settings of one DataLoader that slow its loading down, each with the change to make.
+
+    Args:
+        num_workers: the loader's worker processes.
+        persistent_workers: whether its workers survive between epochs.
+        prefetch_factor: batches each worker loads ahead (``None`` without workers).
+        pin_memory: whether batches are put in page-locked memory.
+        cuda: whether training runs on a CUDA device.
+    """
+    tips: list[str] = []
+    if num_workers == 0:
+        tips.append("DataLoader has num_workers=0: load in worker processes, e.g. num_workers=4")
+    else:
+        if not persistent_workers:
+            tips.append(
+                f"DataLoader has num_workers={num_workers} without persistent_workers=True: workers restart every epoch"
+            )
+        if prefetch_factor is not None and prefetch_factor < 2:
+            tips.append(f"DataLoader has prefetch_factor={prefetch_factor}: raise it to 2-4")
+    if cuda and not pin_memory:
+        tips.append(
+            "DataLoader has pin_memory=False on a CUDA machine: set pin_memory=True and copy with "
+            ".to(device, non_blocking=True)"
+        )
+    return tips
