@@ -12,6 +12,11 @@ DEFAULT_FIXES: dict[str, tuple[str, ...]] = {
         "trainperf.data.load_presaved()",
         "on CUDA, DataLoader(pin_memory=True) with .to(device, non_blocking=True)",
     ),
+    "loop-bound": (
+        "move per-step evaluation, logging and .item()/metric reads out of the step: do them every N steps",
+        "time the loop's own work between optimizer.step() and the next batch (validation, checkpoints, "
+        "printing): that is where this time goes",
+    ),
     "gc-bound": (
         "call gc.freeze() after building the model and data so long-lived objects leave the young generations",
         "raise the generation-0 threshold, e.g. gc.set_threshold(50_000, 50, 100)",

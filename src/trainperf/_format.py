@@ -25,6 +25,7 @@ class LineField:
     label: str
     unit: str = ""
     integer: bool = False
+    hide_zero: bool = False
 
     def render(self, value: float) -> str:
         return f"{self.label}{int(value) if self.integer else format_number(value)}{self.unit}"
@@ -45,6 +46,8 @@ TRAINPERF_FIELDS = (
     LineField("iteration_p95_ms", "p95: ", " ms"),
     LineField("iteration_max_ms", "max: ", " ms"),
     LineField("etl_max_ms", "ETL max: ", " ms"),
+    LineField("other_ms", "other: ", " ms", hide_zero=True),
+    LineField("skipped_steps", "skipped steps: ", integer=True, hide_zero=True),
     LineField("epoch", "epoch: ", integer=True),
     LineField("rank", "rank: ", integer=True),
 )
@@ -83,7 +86,11 @@ def format_line(record: PerformanceRecord) -> str:
             for s in record.gc
         )
         parts.append(f"GC: {stats}")
-    parts += [f.render(value) for f in TRAINPERF_FIELDS if (value := getattr(record, f.name)) is not None]
+    parts += [
+        f.render(value)
+        for f in TRAINPERF_FIELDS
+        if (value := getattr(record, f.name)) is not None and not (f.hide_zero and value == 0)
+    ]
     if record.warmup:
         parts.append("warm-up")
     if record.verdict is not None:

@@ -15,7 +15,7 @@ from ._gc import GCMonitor
 from ._record import GCStat, PerformanceRecord, Verdict
 from ._summary import RunSummary, build_summary
 from ._verdict import judge
-from ._window import WindowEntry, window_figures
+from ._window import WindowEntry, WindowFigures, window_figures
 from .sinks._base import FanOut, Sink
 from .sinks._logging import LoggingSink
 from .sinks._memory import MemorySink
@@ -33,6 +33,7 @@ class _RunTotals:
     wall_s: float = 0.0
     etl_s: float = 0.0
     gc_s: float = 0.0
+    other_s: float = 0.0
     samples: int = 0
     iterations: int = 0
     verdict_counts: dict[str, int] = field(default_factory=dict)
@@ -171,6 +172,7 @@ class PerformanceListener:
         self._samples_warned = False
         self._explicit_etl = False
         self._pending_etl = 0.0
+        self._explicit_source = "given"
         self._count = 0
         self._totals = _RunTotals()
         self._started = False
@@ -252,6 +254,7 @@ class PerformanceListener:
         ignores the ``etl`` argument of :meth:`record_iteration`.
         """
         self._explicit_etl = True
+        self._explicit_source = "loader"
         self._pending_etl += seconds
 
     def set_score(self, score: Any) -> None:
@@ -265,6 +268,9 @@ class PerformanceListener:
         etl: float = 0.0,
         score: Any = None,
         started: float | None = None,
+        other: float = 0.0,
+        steps: int = 1,
+        skipped: int = 0,
     ) -> PerformanceRecord | None:
         """One iteration (optimizer step) ended now.
 
@@ -276,6 +282,10 @@ class PerformanceListener:
             started: alternatively to ``etl``, the clock time at which the iteration's compute
                 started; its data wait is then the time since the previous iteration ended.
                 Both are ignored for an iteration during which :meth:`add_etl` was called.
+            other: seconds of the iteration's host time that were neither data wait nor the step
+                (evaluation, logging, metric syncs between the step and the next batch).
+            steps: optimizer steps taken in the iteration.
+            skipped: of those, steps skipped (a ``GradScaler`` that found inf/NaN gradients).
 
         Returns:
             The record when this iteration closed a window, else ``None``.
@@ -292,9 +302,9 @@ class PerformanceListener:
         count = self._count + 1
         self._count = count
         if count < self._next_report:
-            self._window.append((self._clock(), etl, started, samples, batches))
+            self._window.append((self._clock(), etl, started, samples, batches, other, steps, skipped))
             return None
-        return self._report(etl, started, samples, batches)
+        return self._report((self._clock(), etl, started, samples, batches, other, steps, skipped))
 
     def exclude(self, seconds: float) -> None:
         """Leave ``seconds`` that just passed (validation, checkpointing) out of the current window."""
@@ -302,8 +312,8 @@ class PerformanceListener:
             return
         self._window_start += seconds
         self._window = [
-            (end + seconds, etl, None if started is None else started + seconds, samples, batches)
-            for end, etl, started, samples, batches in self._window
+            (end + seconds, etl, None if started is None else started + seconds, samples, batches, other, steps, skip)
+            for end, etl, started, samples, batches, other, steps, skip in self._window
         ]
 
     # ------------------------------------------------------------------ reporting
@@ -314,21 +324,13 @@ class PerformanceListener:
         self._next_report = self._count + self.frequency
         self._warmup = first
 
-    def _report(
-        self,
-        etl: float,
-        started: float | None,
-        samples_now: int | None,
-        batches_now: int,
-        *,
-        end: float | None = None,
-    ) -> PerformanceRecord:
+    def _report(self, last: WindowEntry) -> PerformanceRecord:
         timer = self._timer
         if timer is not None:
             timer.synchronize()
-        now = self._clock() if end is None else end
+        now = last[0]
         window = self._window
-        window.append((now, etl, started, samples_now, batches_now))
+        window.append(last)
         figures = window_figures(self._window_start, window, timer.durations() if timer is not None else None)
         n = figures.iterations
         window_s = figures.window_s
@@ -342,7 +344,7 @@ class PerformanceListener:
                 stacklevel=3,
             )
         gc_stats, gc_s = self._collect_gc()
-        verdict = judge(window_s, etl_s, gc_s) if self.verdict else None
+        verdict = judge(window_s, etl_s, gc_s, figures.other_s) if self.verdict else None
         record = PerformanceRecord(
             iteration=self._count,
             window_iterations=n,
@@ -368,9 +370,14 @@ class PerformanceListener:
             samples=samples,
             batches=figures.batches,
             etl_total_ms=1000.0 * etl_s,
+            compute_ms=1000.0 * figures.compute_s / n,
+            other_ms=1000.0 * figures.other_s / n,
+            optimizer_steps=figures.steps,
+            skipped_steps=figures.skipped,
+            etl_source=self._etl_source(figures),
             gc_total_ms=1000.0 * gc_s if self._gc is not None else None,
         )
-        self._accumulate(record, etl_s, gc_s)
+        self._accumulate(record, figures, gc_s)
         self._reset_window(now, first=False)
         self.history(record)
         self._fanout(record)
@@ -404,12 +411,18 @@ class PerformanceListener:
             self._collectors[i] = (name, read, (count, ms))
         return tuple(stats), gc_s
 
-    def _accumulate(self, record: PerformanceRecord, etl_s: float, gc_s: float) -> None:
+    def _etl_source(self, figures: WindowFigures) -> str:
+        if figures.etl_from_gap == 0:
+            return self._explicit_source
+        return "gap" if figures.etl_from_gap == figures.iterations else f"{self._explicit_source}+gap"
+
+    def _accumulate(self, record: PerformanceRecord, figures: WindowFigures, gc_s: float) -> None:
         if record.warmup:
             return
         totals = self._totals
         totals.wall_s += record.window_s
-        totals.etl_s += etl_s
+        totals.etl_s += figures.etl_s
+        totals.other_s += figures.other_s
         totals.gc_s += gc_s
         totals.samples += record.samples or 0
         totals.iterations += record.window_iterations
@@ -447,6 +460,7 @@ class PerformanceListener:
             wall_s=totals.wall_s,
             etl_s=totals.etl_s,
             gc_s=totals.gc_s,
+            other_s=totals.other_s,
             iterations=totals.iterations,
             samples=totals.samples,
             verdict_counts=dict(totals.verdict_counts),
@@ -457,8 +471,7 @@ class PerformanceListener:
     def flush(self) -> PerformanceRecord | None:
         """Report the iterations since the last report now, if there are any (end of training)."""
         if self._window and not self._closed:
-            end, etl, started, samples, batches = self._window.pop()
-            return self._report(etl, started, samples, batches, end=end)
+            return self._report(self._window.pop())
         return None
 
     def close(self) -> None:

@@ -85,6 +85,11 @@ class PerformanceRecord:
     batches: int = 0
     etl_total_ms: float | None = None
     gc_total_ms: float | None = field(default=None, metadata=_METRIC)
+    compute_ms: float | None = field(default=None, metadata=_METRIC)
+    other_ms: float | None = field(default=None, metadata=_METRIC)
+    optimizer_steps: int = 0
+    skipped_steps: int = 0
+    etl_source: str | None = None
     verdict: Verdict | None = None
     extra: dict[str, float] = field(default_factory=dict)
 

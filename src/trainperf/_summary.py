@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE
+from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE
 
 __all__ = ["RunSummary", "build_summary"]
 
@@ -22,6 +22,7 @@ class RunSummary:
     samples: int
     verdict_counts: dict[str, int] = field(default_factory=dict)
     recommendations: tuple[str, ...] = ()
+    other_s: float = 0.0
 
     def _pct(self, part: float) -> float:
         return 100.0 * part / self.wall_s if self.wall_s > 0 else 0.0
@@ -33,6 +34,10 @@ class RunSummary:
     @property
     def gc_pct(self) -> float:
         return self._pct(self.gc_s)
+
+    @property
+    def other_pct(self) -> float:
+        return self._pct(self.other_s)
 
     @property
     def compute_pct(self) -> float:
@@ -51,6 +56,8 @@ class RunSummary:
             "etl_pct": self.etl_pct,
             "gc_pct": self.gc_pct,
             "compute_pct": self.compute_pct,
+            "other_s": self.other_s,
+            "other_pct": self.other_pct,
             "iterations": self.iterations,
             "samples": self.samples,
             "samples_per_sec": self.samples_per_sec,
@@ -69,6 +76,8 @@ class RunSummary:
             f"  compute   {self.compute_s:8.3f} s  {self.compute_pct:5.1f}%",
             f"  GC        {self.gc_s:8.3f} s  {self.gc_pct:5.1f}%",
         ]
+        if self.other_s > 0:
+            lines.insert(3, f"  other     {self.other_s:8.3f} s  {self.other_pct:5.1f}%  (loop's own host work)")
         if self.recommendations:
             lines.append("  recommendations:")
             lines.extend(f"    {i}. {text}" for i, text in enumerate(self.recommendations, 1))
@@ -82,6 +91,7 @@ def build_summary(
     wall_s: float,
     etl_s: float,
     gc_s: float,
+    other_s: float = 0.0,
     iterations: int,
     samples: int,
     verdict_counts: dict[str, int],
@@ -89,7 +99,7 @@ def build_summary(
     top: int = 3,
 ) -> RunSummary:
     """Assemble a :class:`RunSummary`; recommendations follow the larger bottleneck first."""
-    compute_s = max(0.0, wall_s - etl_s - gc_s)
+    compute_s = max(0.0, wall_s - etl_s - gc_s - other_s)
     ranked: list[tuple[float, str]] = []
     if wall_s > 0:
         etl_share, gc_share = 100 * etl_s / wall_s, 100 * gc_s / wall_s
@@ -97,6 +107,9 @@ def build_summary(
             ranked.append((etl_share, "input-bound"))
         if gc_share >= GC_BOUND_SHARE / 2:
             ranked.append((gc_share, "gc-bound"))
+        other_share = 100 * other_s / wall_s
+        if other_share >= LOOP_BOUND_SHARE / 2:
+            ranked.append((other_share, "loop-bound"))
     recommendations: list[str] = []
     for _, kind in sorted(ranked, reverse=True):
         for fix in fixes(kind):
@@ -107,6 +120,7 @@ def build_summary(
         etl_s=etl_s,
         gc_s=gc_s,
         compute_s=compute_s,
+        other_s=other_s,
         iterations=iterations,
         samples=samples,
         verdict_counts=verdict_counts,

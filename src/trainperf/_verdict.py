@@ -12,17 +12,34 @@ INPUT_BOUND_SHARE = 20.0
 #: GC pauses at or above this share make a window GC-bound. The guide treats collections that
 #: cost tens of milliseconds every few seconds as noticeable; a tenth of the wall time is well past that.
 GC_BOUND_SHARE = 10.0
+#: The loop's own host work (neither data wait nor the step) at or above this share makes a window
+#: loop-bound: evaluation, logging or metric syncs between steps take as long as a slow loader would.
+LOOP_BOUND_SHARE = 20.0
 
-def judge(window_s: float, etl_s: float, gc_s: float) -> Verdict:
-    """Verdict for one window from its wall time and the data-wait and GC-pause seconds in it."""
+def judge(window_s: float, etl_s: float, gc_s: float, other_s: float = 0.0) -> Verdict:
+    """Verdict for one window from its wall time and the data-wait, GC-pause and other host seconds in it.
+
+    The largest share that crosses its threshold names the verdict.
+    """
     if window_s <= 0.0:
         return Verdict("fine", 0.0, "no time elapsed")
     etl_share = min(100.0, 100.0 * etl_s / window_s)
     gc_share = min(100.0, 100.0 * gc_s / window_s)
-    if etl_share >= INPUT_BOUND_SHARE and etl_share >= gc_share:
-        return Verdict("input-bound", round(etl_share, 1), f"{etl_share:.0f}% of step waiting for data")
-    if gc_share >= GC_BOUND_SHARE:
-        return Verdict("gc-bound", round(gc_share, 1), f"{gc_share:.0f}% of step in garbage collection")
-    return Verdict(
-        "fine", round(max(etl_share, gc_share), 1), f"data wait {etl_share:.0f}%, GC {gc_share:.0f}% of step"
-    )
+    other_share = min(100.0, 100.0 * other_s / window_s)
+    bound = [
+        (share, kind, reason)
+        for share, threshold, kind, reason in (
+            (etl_share, INPUT_BOUND_SHARE, "input-bound", "of step waiting for data"),
+            (gc_share, GC_BOUND_SHARE, "gc-bound", "of step in garbage collection"),
+            (other_share, LOOP_BOUND_SHARE, "loop-bound",
+             "of step in the loop's own host work, outside the loader and the step"),
+        )
+        if share >= threshold
+    ]
+    if bound:
+        share, kind, reason = max(bound, key=lambda b: b[0])
+        return Verdict(kind, round(share, 1), f"{share:.0f}% {reason}")
+    text = f"data wait {etl_share:.0f}%, GC {gc_share:.0f}%"
+    if other_share >= 1.0:
+        text += f", other host work {other_share:.0f}%"
+    return Verdict("fine", round(max(etl_share, gc_share, other_share), 1), text + " of step")

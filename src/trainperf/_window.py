@@ -8,12 +8,14 @@ from dataclasses import dataclass
 __all__: list[str] = []
 
 #: One iteration of a window, as the listener's hot path appends it: ``(end, etl, started, samples,
-#: batches)``. ``end`` is the clock time the iteration ended; ``etl`` its measured data wait in
-#: seconds; ``started`` the clock time its compute started (then the data wait is the time since the
-#: previous iteration ended, and ``etl`` is ignored) or ``None``; ``samples`` its samples or ``None``
-#: when unknown; ``batches`` its data batches. A plain tuple rather than a ``NamedTuple``: building
-#: one costs about 0.7 us, a third of the hot path's budget. It is unpacked by name below.
-WindowEntry = tuple[float, float, "float | None", "int | None", int]
+#: batches, other, steps, skipped)``. ``end`` is the clock time the iteration ended; ``etl`` its
+#: measured data wait in seconds; ``started`` the clock time its compute started (then the data wait
+#: is the time since the previous iteration ended, and ``etl`` is ignored) or ``None``; ``samples``
+#: its samples or ``None`` when unknown; ``batches`` its data batches; ``other`` seconds of host time
+#: that were neither data wait nor the step; ``steps`` its optimizer steps, ``skipped`` how many of
+#: them were skipped. A plain tuple rather than a ``NamedTuple``: building one costs about 0.7 us, a
+#: third of the hot path's budget. It is unpacked by name below.
+WindowEntry = tuple[float, float, "float | None", "int | None", int, float, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,9 @@ class WindowFigures:
         window_s: wall time from the window's start to its last iteration's end.
         etl_s: total data wait.
         etl_max_s: the longest data wait of one iteration.
+        other_s: total host time that was neither data wait nor the step.
+        etl_from_gap: iterations whose data wait is the gap before their compute started (the
+            fallback when no loader could be timed).
         durations: each iteration's time, ascending.
         samples: samples in the window, ``None`` when some iteration's count was unknown.
         batches: data batches in the window.
@@ -37,6 +42,15 @@ class WindowFigures:
     durations: tuple[float, ...]
     samples: int | None
     batches: int
+    other_s: float = 0.0
+    steps: int = 0
+    skipped: int = 0
+    etl_from_gap: int = 0
+
+    @property
+    def compute_s(self) -> float:
+        """The window's time in the step: what is neither data wait nor other host time."""
+        return max(0.0, self.window_s - self.etl_s - self.other_s)
 
     @property
     def mean_s(self) -> float:
@@ -74,14 +88,22 @@ def window_figures(
     etls: list[float] = []
     host_durations: list[float] = []
     samples: int | None = 0
-    batches = 0
+    batches = steps = skipped = from_gap = 0
+    other_s = 0.0
     prev = start
-    for end, etl, started, n_samples, n_batches in entries:
-        etls.append(etl if started is None else max(0.0, started - prev))
+    for end, etl, started, n_samples, n_batches, other, n_steps, n_skipped in entries:
+        if started is None:
+            etls.append(etl)
+        else:
+            etls.append(max(0.0, started - prev))
+            from_gap += 1
         host_durations.append(end - prev)
         prev = end
         samples = None if n_samples is None or samples is None else samples + n_samples
         batches += n_batches
+        other_s += other
+        steps += n_steps
+        skipped += n_skipped
     n = len(entries)
     chosen = list(durations[-n:]) if durations else host_durations
     chosen.sort()
@@ -93,6 +115,10 @@ def window_figures(
         durations=tuple(chosen),
         samples=samples,
         batches=batches,
+        other_s=other_s,
+        steps=steps,
+        skipped=skipped,
+        etl_from_gap=from_gap,
     )
 
 

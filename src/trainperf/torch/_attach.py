@@ -1,26 +1,40 @@
 """Hooks that turn an unchanged PyTorch loop into listener calls.
 
-One iteration is one optimizer step. A forward pass (with autograd on) opens an iteration; a step
-of an optimizer that holds the model's parameters closes it. Gradient accumulation therefore
-counts every micro-batch's samples in the step that consumes them.
+One iteration is one optimizer step: a step of an optimizer that holds the model's parameters
+closes it. What opens it is the first sign of training after the previous step: a
+``torch.utils.data.DataLoader`` delivering a batch, or a forward pass with autograd on. Gradient
+accumulation therefore counts every micro-batch in the step that consumes it.
 
-Data wait, when the loop is not wrapped with :func:`trainperf.torch.timed`, is the host time from
-the end of one optimizer step to the start of the next forward pass: it covers ``next()`` on the
-loader, moving the batch to the device, ``zero_grad()`` and whatever else the loop does between
-the two. With ``timed(loader, model)`` it is exactly the time blocked in ``next()``.
+The iteration's time splits three ways, so a window adds up:
+
+* **data wait**: the time blocked in the DataLoader iterator's own ``next()`` (and in
+  ``iter(loader)``, which starts its workers), on the training thread with autograd on, or in a
+  loader wrapped with :func:`trainperf.torch.timed`;
+* **other**: host time from the end of the previous step to the first sign of the next iteration
+  (a fetch, a forward, an optimizer step): evaluation, logging, metric reads, ``loss.item()``
+  after the step;
+* **compute**: the rest, from that first sign to the step's end, loader waits taken out: moving the
+  batch, forwards (also no-grad ones such as a teacher's), backward, every optimizer step.
+
+When no loader can be seen (an iterable that is not a DataLoader, not wrapped with ``timed``), the
+data wait falls back to the gap between the previous step and the next forward pass, and the record
+says so (``etl_source == "gap"``). Samples and batches then come from the forwards, a forward on
+the same input tensor as an earlier one in the step counting once.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, is_grad_enabled
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from .._listener import IterationTimer, PerformanceListener
+from . import _loop_hooks as loop_hooks
 from ._batch import batch_size
 from ._tap import attachments_of, tap_of, untap
 from .shared import process_rank, use_model_device
@@ -56,48 +70,123 @@ class Attachment:
         self._timer_factory = timer_factory
         self._clock = listener.clock
         self._record = listener.record_iteration
-        self._open = False
         self._started = False
-        self._start = 0.0
-        self._samples: int | None = 0
-        self._micro = 0
+        self._taps_work = False  # a compiled model's forward is not seen: steps alone make iterations
+        self._thread = threading.get_ident()
+        self._boundary = 0.0
+        self._reset_iteration()
         self._owned: dict[int, bool] = {}
         self._last_owned: torch.optim.Optimizer | None = None  # the one optimizer checked by identity
         tap_of(model).callbacks.append(self._on_forward)
         self._step_handle = register_optimizer_step_post_hook(self._on_step)
+        self._step_pre_handle = register_optimizer_step_pre_hook(self._on_step_start)
+        loop_hooks.register(self)
         self._detached = False
         listener.on_close(self.detach)
         attachments_of(model, create=True).append(self)
 
+    def _reset_iteration(self) -> None:
+        self._open = False
+        self._activity: float | None = None  # first sign of this iteration
+        self._first_forward: float | None = None
+        self._etl = 0.0
+        self._fetched = 0
+        self._loader_samples: int | None = 0
+        self._samples: int | None = 0
+        self._micro = 0
+        self._inputs: list[weakref.ref[Tensor]] = []
+        self._steps = 0
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The listener's clock, which loader timing uses too."""
+        return self._clock
+
     # hot path ---------------------------------------------------------------
     def _on_forward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not is_grad_enabled():
+            return None
+        if not self._started:
+            self._begin()
+        self._taps_work = True
+        self._open = True
+        if self._first_forward is None:
+            now = self._clock()
+            self._first_forward = now
+            if self._activity is None:
+                self._activity = now
+        if self._fetched:  # the loader's batches give samples and batches
             return None
         first = args[0] if args else None
         if type(first) is Tensor and first.ndim:  # the common case, without the general search
             n: int | None = first.shape[0]
         else:
             n = batch_size(args) if args else batch_size(kwargs)
-        if self._open:  # another micro-batch of the same optimizer step
-            self._micro += 1
-            self._samples = None if n is None or self._samples is None else self._samples + n
-            return None
-        self._open = True
-        self._samples = n
-        self._micro = 1
-        self._start = self._clock()
-        if not self._started:
-            self._first_forward()
+        if isinstance(first, Tensor):
+            if any(ref() is first for ref in self._inputs):  # the same input again: a siamese pass, a closure
+                return None
+            self._inputs.append(weakref.ref(first))
+        self._micro += 1
+        self._samples = None if n is None or self._samples is None else self._samples + n
         return None
 
+    def on_fetch(self, started: float, ended: float, batch: Any) -> None:
+        """A loader fetch from ``started`` to ``ended`` delivered ``batch`` (``None``: it started an epoch)."""
+        if not self._started:
+            self._begin(started)
+        if self._activity is None:
+            self._activity = started
+        self._etl += ended - started
+        if batch is None:
+            return
+        self._open = True
+        self._fetched += 1
+        n = batch_size(batch)
+        self._loader_samples = None if n is None or self._loader_samples is None else self._loader_samples + n
+
+    def wants_fetch(self) -> bool:
+        return is_grad_enabled() and threading.get_ident() == self._thread
+
+    def _on_step_start(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._activity is None and (optimizer is self._last_owned or self._owns(optimizer)):
+            self._activity = self._clock()
+
     def _on_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self._open and (optimizer is self._last_owned or self._owns(optimizer)):
-            self._open = False
-            self._record(self._samples, self._micro, 0.0, None, self._start)
+        if not (optimizer is self._last_owned or self._owns(optimizer)):
+            return
+        self._steps += 1
+        if self._open or not self._taps_work:
+            self._close(0)
+
+    def on_scaler_update(self) -> None:
+        """A ``GradScaler`` finished a step: one still open was skipped (inf/NaN gradients)."""
+        if self._open:
+            self._steps += 1
+            self._close(1)
+
+    def _close(self, skipped: int) -> None:
+        if not self._started:
+            self._begin()
+        now = self._clock()
+        activity = self._activity
+        if self._fetched:
+            etl, started = self._etl, None
+            other = max(0.0, activity - self._boundary) if activity is not None else 0.0
+            samples, batches = self._loader_samples, self._fetched
+        else:  # no loader seen: the gap before the first forward is the data wait
+            etl, other = 0.0, 0.0
+            started = self._first_forward if self._first_forward is not None else activity
+            samples, batches = (self._samples, self._micro) if self._micro else (None, 1)
+        steps = self._steps
+        self._reset_iteration()
+        self._boundary = now
+        self._record(samples, batches, etl, None, started, other, steps, skipped)
 
     # set-up -----------------------------------------------------------------
-    def _first_forward(self) -> None:
+    def _begin(self, at: float | None = None) -> None:
+        """Training has started: set the listener up for the model's device and start its clock."""
         self._started = True
+        self._thread = threading.get_ident()
         param = next(self.model.parameters(), None)
         if param is not None:
             use_model_device(self.listener, param.device, self._timer_factory)
@@ -105,7 +194,7 @@ class Attachment:
         if rank is not None:
             self.listener.set_rank(rank)
         self.listener.start()
-        self._start = self.listener.clock()
+        self._boundary = self._clock() if at is None else at
 
     def _owns(self, optimizer: torch.optim.Optimizer) -> bool:
         key = id(optimizer)
@@ -131,6 +220,8 @@ class Attachment:
         self._detached = True
         untap(self.model, self._on_forward)
         self._step_handle.remove()
+        self._step_pre_handle.remove()
+        loop_hooks.unregister(self)
         self._last_owned = None
         attachments = attachments_of(self.model)
         if self in attachments:

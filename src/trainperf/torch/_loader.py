@@ -7,7 +7,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 from .._listener import PerformanceListener
+from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor
+from ._attach import Attachment
 from ._tap import attachments_of, is_listened
 
 __all__ = ["TimedLoader", "timed"]
@@ -15,16 +17,18 @@ __all__ = ["TimedLoader", "timed"]
 T = TypeVar("T")
 
 
-def _listeners_of(targets: tuple[Any, ...]) -> list[PerformanceListener]:
-    out: list[PerformanceListener] = []
+def _resolve(targets: tuple[Any, ...]) -> tuple[list[PerformanceListener], list[Attachment]]:
+    """The listeners named directly, and the attachments of the listened-to models."""
+    listeners: list[PerformanceListener] = []
+    attachments: list[Attachment] = []
     for target in targets:
         if isinstance(target, PerformanceListener):
-            out.append(target)
-            continue
-        if not is_listened(target):
+            listeners.append(target)
+        elif is_listened(target):
+            attachments.extend(attachments_of(target))
+        else:
             raise TypeError(f"targets must be PerformanceListener objects or listened-to models, got {target!r}")
-        out.extend(a.listener for a in attachments_of(target))
-    return out
+    return listeners, attachments
 
 
 class TimedLoader(Generic[T]):
@@ -32,7 +36,8 @@ class TimedLoader(Generic[T]):
 
     Args:
         iterable: a DataLoader or any iterable of batches.
-        *targets: listeners, or models with listeners attached (resolved on each ``iter()``).
+        *targets: listeners, or models with listeners attached (resolved on each ``iter()``). A model's
+            listeners also take the batches' samples from what the loader delivered.
     """
 
     def __init__(self, iterable: Iterable[T], *targets: Any) -> None:
@@ -40,25 +45,35 @@ class TimedLoader(Generic[T]):
             raise ValueError("timed() needs at least one listener or listened-to model in targets")
         self.iterable = iterable
         self.targets = targets
-        for listener in _listeners_of(targets):
+        listeners, attachments = _resolve(targets)
+        for listener in [*listeners, *(a.listener for a in attachments)]:
             listener.add_advisor(loader_advisor(iterable))
 
     def __len__(self) -> int:
         return len(self.iterable)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[T]:
-        listeners = _listeners_of(self.targets)
-        clock = listeners[0].clock if listeners else time.perf_counter
-        iterator = iter(self.iterable)
+        listeners, attachments = _resolve(self.targets)
+        clocks = [*(listener.clock for listener in listeners), *(a.clock for a in attachments)]
+        clock = clocks[0] if clocks else time.perf_counter
+        with loop_hooks.suppressed():  # a DataLoader inside is timed here, not twice
+            started = clock()
+            iterator = iter(self.iterable)
+            ended = clock()
+        for attachment in attachments:
+            attachment.on_fetch(started, ended, None)
         while True:
             started = clock()
             try:
-                batch = next(iterator)
+                with loop_hooks.suppressed():
+                    batch = next(iterator)
             except StopIteration:
                 return
-            waited = clock() - started
+            ended = clock()
             for listener in listeners:
-                listener.add_etl(waited)
+                listener.add_etl(ended - started)
+            for attachment in attachments:
+                attachment.on_fetch(started, ended, batch)
             yield batch
 
 

@@ -81,7 +81,7 @@ class ListenerModule:
             target = torch.device(device)
         module.train()
         listeners = self.listeners
-        source = timed(loader, *listeners) if listeners else loader
+        source = timed(loader, self) if listeners else loader
         for epoch in range(epochs):
             for listener in listeners:
                 listener.set_epoch(epoch)

@@ -1,0 +1,134 @@
+"""What an unchanged loop does besides forwards and optimizer steps: DataLoader fetches and skipped steps.
+
+Installed once, when the first model is listened to, and removed with the last one:
+
+* the ``torch.utils.data.DataLoader`` iterator's ``__next__`` (and ``DataLoader.__iter__``, which
+  starts worker processes) are timed, and each fetch is handed to the active attachments with the
+  batch it delivered, so every micro-batch's load counts in the step that consumes it;
+* ``torch.amp.GradScaler.update`` tells the attachments that an optimizer step happened even when
+  the scaler skipped ``optimizer.step()`` for inf/NaN gradients.
+
+Only fetches on the thread that trains the model count, so a background prefetch thread that
+iterates a DataLoader does not. A loader wrapped in :func:`trainperf.torch.timed` is timed there
+instead (see :func:`suppressed`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import torch
+from torch.utils.data import dataloader as _dl
+
+__all__: list[str] = []
+
+
+class LoopObserver(Protocol):
+    """What the hooks call; :class:`trainperf.torch.Attachment` implements it."""
+
+    def on_fetch(self, started: float, ended: float, batch: Any) -> None: ...
+
+    def on_scaler_update(self) -> None: ...
+
+    def wants_fetch(self) -> bool: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+
+class _State(threading.local):
+    suppressed = 0
+
+
+_observers: list[LoopObserver] = []
+_state = _State()
+_originals: dict[str, Any] = {}
+
+
+def register(observer: LoopObserver) -> None:
+    """Start telling ``observer`` about fetches and scaler updates (installs the wrappers on first use)."""
+    if not _observers:
+        _install()
+    _observers.append(observer)
+
+
+def unregister(observer: LoopObserver) -> None:
+    """Stop telling ``observer``; the last one out restores torch's own methods."""
+    if observer in _observers:
+        _observers.remove(observer)
+    if not _observers:
+        _uninstall()
+
+
+@contextlib.contextmanager
+def suppressed() -> Iterator[None]:
+    """Fetches inside are not reported (the caller times them itself)."""
+    _state.suppressed += 1
+    try:
+        yield
+    finally:
+        _state.suppressed -= 1
+
+
+def _listening() -> list[LoopObserver]:
+    if _state.suppressed:
+        return []
+    return [o for o in _observers if o.wants_fetch()]
+
+
+def _timed_next(self: Any) -> Any:
+    observers = _listening()
+    if not observers:
+        return _originals["next"](self)
+    clock = observers[0].clock
+    started = clock()
+    try:
+        batch = _originals["next"](self)
+    except StopIteration:  # the end of an epoch (workers shutting down) is data time too, with no batch
+        ended = clock()
+        for observer in observers:
+            observer.on_fetch(started, ended, None)
+        raise
+    ended = clock()
+    for observer in observers:
+        observer.on_fetch(started, ended, batch)
+    return batch
+
+
+def _timed_iter(self: Any) -> Any:
+    observers = _listening()
+    if not observers:
+        return _originals["iter"](self)
+    clock = observers[0].clock
+    started = clock()
+    iterator = _originals["iter"](self)
+    ended = clock()
+    for observer in observers:
+        observer.on_fetch(started, ended, None)
+    return iterator
+
+
+def _update(self: Any, *args: Any, **kwargs: Any) -> Any:
+    for observer in list(_observers):
+        observer.on_scaler_update()
+    return _originals["update"](self, *args, **kwargs)
+
+
+def _install() -> None:
+    _originals["next"] = _dl._BaseDataLoaderIter.__next__
+    _originals["iter"] = _dl.DataLoader.__iter__
+    _originals["update"] = torch.amp.GradScaler.update
+    _dl._BaseDataLoaderIter.__next__ = _timed_next  # type: ignore[method-assign]
+    _dl.DataLoader.__iter__ = _timed_iter  # type: ignore[method-assign]
+    torch.amp.GradScaler.update = _update  # type: ignore[method-assign]
+
+
+def _uninstall() -> None:
+    if not _originals:
+        return
+    _dl._BaseDataLoaderIter.__next__ = _originals.pop("next")  # type: ignore[method-assign]
+    _dl.DataLoader.__iter__ = _originals.pop("iter")  # type: ignore[method-assign]
+    torch.amp.GradScaler.update = _originals.pop("update")  # type: ignore[method-assign]
