@@ -9,7 +9,9 @@ from trainperf._window import percentile, safe_rate, window_figures
 
 def test_host_timed_window_adds_up():
     # start at 10.0; three iterations ending 0.1 s apart, 0.02 s of data wait each, 8 samples each
-    entries = [(10.1, 0.02, None, 8, 1, 0.0, 1, 0), (10.2, 0.02, None, 8, 1, 0.0, 1, 0), (10.35, 0.05, None, 8, 2, 0.0, 1, 0)]
+    entries = [
+        (10.1, 0.02, None, 8, 1, 0.0, 1, 0), (10.2, 0.02, None, 8, 1, 0.0, 1, 0), (10.35, 0.05, None, 8, 2, 0.0, 1, 0)
+    ]
     fig = window_figures(10.0, entries)
     assert fig.iterations == 3
     assert fig.window_s == pytest.approx(0.35)
@@ -37,7 +39,8 @@ def test_unknown_samples_make_the_window_samples_unknown():
 
 
 def test_device_durations_replace_host_ones_and_take_the_newest():
-    fig = window_figures(0.0, [(1.0, 0.0, None, 1, 1, 0.0, 1, 0), (2.0, 0.0, None, 1, 1, 0.0, 1, 0)], durations=[9.0, 0.5, 0.25])
+    entries = [(1.0, 0.0, None, 1, 1, 0.0, 1, 0), (2.0, 0.0, None, 1, 1, 0.0, 1, 0)]
+    fig = window_figures(0.0, entries, durations=[9.0, 0.5, 0.25])
     assert fig.durations == (0.25, 0.5)
     assert fig.window_s == 2.0  # the wall time stays the host's
 

@@ -199,6 +199,14 @@ class PerformanceListener:
         """The epoch that later records carry (adapters call it at each epoch's start)."""
         self.epoch = epoch
 
+    def set_etl_source(self, source: str) -> None:
+        """Name what measured the ``etl`` given to :meth:`record_iteration` (records carry it as
+        ``etl_source``; default ``"given"``, ``"loader"`` once :meth:`add_etl` was used). Iterations
+        whose data wait came from ``started`` count as ``"gap"``."""
+        if not isinstance(source, str) or not source:
+            raise ValueError(f"source must be a non-empty str, got {source!r}")
+        self._explicit_source = source
+
     def set_rank(self, rank: int | None) -> None:
         """The process rank that later records carry (adapters call it when they find a process group)."""
         self.rank = rank

@@ -74,6 +74,7 @@ class Attachment:
         self._taps_work = False  # a compiled model's forward is not seen: steps alone make iterations
         self._thread = threading.get_ident()
         self._boundary = 0.0
+        self._step_depth = 0
         self._reset_iteration()
         self._owned: dict[int, bool] = {}
         self._last_owned: torch.optim.Optimizer | None = None  # the one optimizer checked by identity
@@ -148,11 +149,17 @@ class Attachment:
         return is_grad_enabled() and threading.get_ident() == self._thread
 
     def _on_step_start(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self._activity is None and (optimizer is self._last_owned or self._owns(optimizer)):
-            self._activity = self._clock()
+        if optimizer is self._last_owned or self._owns(optimizer):
+            self._step_depth += 1
+            if self._activity is None:
+                self._activity = self._clock()
 
     def _on_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not (optimizer is self._last_owned or self._owns(optimizer)):
+            return
+        # An optimizer subclass whose step() calls super().step() runs the hooks twice: count the outer one.
+        self._step_depth = max(0, self._step_depth - 1)
+        if self._step_depth:
             return
         self._steps += 1
         if self._open or not self._taps_work:
@@ -193,6 +200,7 @@ class Attachment:
         rank = process_rank()
         if rank is not None:
             self.listener.set_rank(rank)
+        self.listener.set_etl_source("loader")
         self.listener.start()
         self._boundary = self._clock() if at is None else at
 

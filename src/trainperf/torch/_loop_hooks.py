@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -31,6 +32,7 @@ class LoopObserver(Protocol):
 
     def on_fetch(self, started: float, ended: float, batch: Any) -> None: ...
 
+
     def on_scaler_update(self) -> None: ...
 
     def wants_fetch(self) -> bool: ...
@@ -43,7 +45,7 @@ class _State(threading.local):
     suppressed = 0
 
 
-_observers: list[LoopObserver] = []
+_observers: list[weakref.ref[LoopObserver]] = []  # weak: a model dropped without close() is not kept
 _state = _State()
 _originals: dict[str, Any] = {}
 
@@ -52,13 +54,12 @@ def register(observer: LoopObserver) -> None:
     """Start telling ``observer`` about fetches and scaler updates (installs the wrappers on first use)."""
     if not _observers:
         _install()
-    _observers.append(observer)
+    _observers.append(weakref.ref(observer))
 
 
 def unregister(observer: LoopObserver) -> None:
     """Stop telling ``observer``; the last one out restores torch's own methods."""
-    if observer in _observers:
-        _observers.remove(observer)
+    _observers[:] = [ref for ref in _observers if ref() not in (None, observer)]
     if not _observers:
         _uninstall()
 
@@ -73,46 +74,48 @@ def suppressed() -> Iterator[None]:
         _state.suppressed -= 1
 
 
+def _live() -> list[LoopObserver]:
+    return [o for ref in _observers if (o := ref()) is not None]
+
+
 def _listening() -> list[LoopObserver]:
     if _state.suppressed:
         return []
-    return [o for o in _observers if o.wants_fetch()]
+    return [o for o in _live() if o.wants_fetch()]
 
 
 def _timed_next(self: Any) -> Any:
     observers = _listening()
     if not observers:
         return _originals["next"](self)
-    clock = observers[0].clock
-    started = clock()
+    starts = [observer.clock() for observer in observers]
     try:
         batch = _originals["next"](self)
     except StopIteration:  # the end of an epoch (workers shutting down) is data time too, with no batch
-        ended = clock()
-        for observer in observers:
-            observer.on_fetch(started, ended, None)
+        _tell(observers, starts, None)
         raise
-    ended = clock()
-    for observer in observers:
-        observer.on_fetch(started, ended, batch)
+    _tell(observers, starts, batch)
     return batch
+
+
+def _tell(observers: list[LoopObserver], starts: list[float], batch: Any) -> None:
+    """Each observer gets the fetch timed by its own clock (tests give listeners fake ones)."""
+    for observer, started in zip(observers, starts, strict=True):
+        observer.on_fetch(started, observer.clock(), batch)
 
 
 def _timed_iter(self: Any) -> Any:
     observers = _listening()
     if not observers:
         return _originals["iter"](self)
-    clock = observers[0].clock
-    started = clock()
+    starts = [observer.clock() for observer in observers]
     iterator = _originals["iter"](self)
-    ended = clock()
-    for observer in observers:
-        observer.on_fetch(started, ended, None)
+    _tell(observers, starts, None)
     return iterator
 
 
 def _update(self: Any, *args: Any, **kwargs: Any) -> Any:
-    for observer in list(_observers):
+    for observer in _live():
         observer.on_scaler_update()
     return _originals["update"](self, *args, **kwargs)
 

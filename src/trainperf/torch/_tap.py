@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.compiler import is_compiling
 
 __all__: list[str] = []
 
@@ -31,8 +32,12 @@ class ForwardTap:
         self.callbacks: list[Callback] = []
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        for callback in self.callbacks:
-            callback(args, kwargs)
+        # Under torch.compile, Dynamo traces this call: it sees a constant True here and never the
+        # callbacks (clock reads, Python bookkeeping), so the graph stays whole. The adapter then
+        # takes its iterations from optimizer steps and loader fetches, which run outside the graph.
+        if not is_compiling():
+            for callback in self.callbacks:
+                callback(args, kwargs)
         return self.forward(*args, **kwargs)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
