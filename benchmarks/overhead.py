@@ -111,6 +111,34 @@ def bench_hooks(n: int, rounds: int) -> dict[str, float]:
     return paired(run, ["bare", "torch-hook", "no-report", "freq10", "freq1"], rounds)
 
 
+def loader_loop(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: object, n: int) -> float:
+    done = 0
+    started = time.perf_counter()
+    while done < n:
+        for x in loader:  # type: ignore[attr-defined]
+            model(x)
+            opt.step()
+            done += 1
+    return (time.perf_counter() - started) / done
+
+
+def bench_loader(n: int, rounds: int) -> dict[str, float]:
+    """The hooks loop fed by a DataLoader over tensors in memory: what timing the loader's next() adds."""
+    model = Passthrough()
+    opt = NoOpOptimizer(model.parameters())
+    loader = torch.utils.data.DataLoader([torch.ones(1, 1)] * 1000, batch_size=None)
+
+    def run(variant: str) -> float:
+        listener, _ = make_listened(model, variant)
+        loader_loop(model, opt, loader, n // 10)
+        result = loader_loop(model, opt, loader, n)
+        if listener is not None:
+            listener.close()
+        return result
+
+    return paired(run, ["bare", "no-report"], rounds)
+
+
 def bench_tiny(n: int, rounds: int) -> dict[str, float]:
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 2)
@@ -168,6 +196,7 @@ def main() -> None:
 
     hooks = bench_hooks(n_hooks, rounds)
     tiny = bench_tiny(n_tiny, rounds)
+    fed = bench_loader(n_hooks, rounds)
     memory = bench_memory(mem)
     us = 1e6
     result = {
@@ -177,6 +206,8 @@ def main() -> None:
         "added_non_report_us": (hooks["no-report"] - hooks["bare"]) * us,
         "added_freq10_us": (hooks["freq10"] - hooks["bare"]) * us,
         "added_freq1_us": (hooks["freq1"] - hooks["bare"]) * us,
+        "loader_bare_us": fed["bare"] * us,
+        "loader_added_non_report_us": (fed["no-report"] - fed["bare"]) * us,
         "tiny_bare_us": tiny["bare"] * us,
         "tiny_added_freq10_us": (tiny["freq10"] - tiny["bare"]) * us,
         "tiny_added_freq1_us": (tiny["freq1"] - tiny["bare"]) * us,
@@ -191,6 +222,8 @@ def main() -> None:
     print(f"  listened, no report (non-report cost):  +{result['added_non_report_us']:6.2f} us")
     print(f"  listened, frequency 10:                 +{result['added_freq10_us']:6.2f} us")
     print(f"  listened, frequency 1:                  +{result['added_freq1_us']:6.2f} us")
+    print(f"hooks loop fed by a DataLoader, bare:     {result['loader_bare_us']:7.2f} us/iteration")
+    print(f"  listened, no report (loader timed too): +{result['loader_added_non_report_us']:6.2f} us")
     print(f"tiny model step, bare:                    {result['tiny_bare_us']:7.2f} us/iteration")
     print(f"  listened, frequency 10:                 +{result['tiny_added_freq10_us']:6.2f} us")
     print(f"  listened, frequency 1:                  +{result['tiny_added_freq1_us']:6.2f} us")

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, is_grad_enabled
-from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .._listener import IterationTimer, PerformanceListener
 from . import _loop_hooks as loop_hooks
@@ -68,19 +68,19 @@ class Attachment:
         self.model = model
         self.listener = listener
         self._timer_factory = timer_factory
-        self._clock = listener.clock
+        self._clock = self.clock = listener.clock  # loader timing reads it too
         self._record = listener.record_iteration
         self._started = False
         self._taps_work = False  # a compiled model's forward is not seen: steps alone make iterations
-        self._thread = threading.get_ident()
+        self.thread = threading.get_ident()  # loader timing counts fetches on this thread only
         self._boundary = 0.0
         self._step_depth = 0
+        self._hooks: list[Any] = []  # handles of per-optimizer hooks
         self._reset_iteration()
         self._owned: dict[int, bool] = {}
         self._last_owned: torch.optim.Optimizer | None = None  # the one optimizer checked by identity
         tap_of(model).callbacks.append(self._on_forward)
         self._step_handle = register_optimizer_step_post_hook(self._on_step)
-        self._step_pre_handle = register_optimizer_step_pre_hook(self._on_step_start)
         loop_hooks.register(self)
         self._detached = False
         listener.on_close(self.detach)
@@ -95,38 +95,41 @@ class Attachment:
         self._loader_samples: int | None = 0
         self._samples: int | None = 0
         self._micro = 0
-        self._inputs: list[weakref.ref[Tensor]] = []
+        self._first_input: Tensor | None = None  # held until the step, to spot a repeated forward on it
+        self._inputs: list[weakref.ref[Tensor]] = []  # the later ones, weakly
         self._steps = 0
-
-    @property
-    def clock(self) -> Callable[[], float]:
-        """The listener's clock, which loader timing uses too."""
-        return self._clock
 
     # hot path ---------------------------------------------------------------
     def _on_forward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not is_grad_enabled():
             return None
-        if not self._started:
-            self._begin()
-        self._taps_work = True
-        self._open = True
-        if self._first_forward is None:
-            now = self._clock()
-            self._first_forward = now
+        if self._first_forward is None:  # the iteration's first forward
+            self._first_forward = now = self._clock()
+            if not self._taps_work:
+                self._taps_work = True
+                if not self._started:
+                    self._begin(now)
             if self._activity is None:
                 self._activity = now
+            self._open = True
         if self._fetched:  # the loader's batches give samples and batches
             return None
         first = args[0] if args else None
-        if type(first) is Tensor and first.ndim:  # the common case, without the general search
-            n: int | None = first.shape[0]
+        shape = first.shape if type(first) is Tensor else None
+        if shape:  # the common case, without the general search
+            n: int | None = shape[0]
         else:
             n = batch_size(args) if args else batch_size(kwargs)
         if isinstance(first, Tensor):
-            if any(ref() is first for ref in self._inputs):  # the same input again: a siamese pass, a closure
+            if self._first_input is None:
+                self._first_input = first
+            elif first is self._first_input:  # the same input again: a closure re-evaluated, a repeated pass
                 return None
-            self._inputs.append(weakref.ref(first))
+            else:
+                for ref in self._inputs:
+                    if ref() is first:
+                        return None
+                self._inputs.append(weakref.ref(first))
         self._micro += 1
         self._samples = None if n is None or self._samples is None else self._samples + n
         return None
@@ -142,28 +145,31 @@ class Attachment:
             return
         self._open = True
         self._fetched += 1
-        n = batch_size(batch)
+        first = batch[0] if type(batch) in (tuple, list) and batch else batch
+        shape = first.shape if type(first) is Tensor else None  # len(tensor) costs three times more
+        n = shape[0] if shape else batch_size(batch)
         self._loader_samples = None if n is None or self._loader_samples is None else self._loader_samples + n
 
     def wants_fetch(self) -> bool:
-        return is_grad_enabled() and threading.get_ident() == self._thread
+        return is_grad_enabled() and threading.get_ident() == self.thread
 
-    def _on_step_start(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if optimizer is self._last_owned or self._owns(optimizer):
-            self._step_depth += 1
-            if self._activity is None:
-                self._activity = self._clock()
+    def _on_nested_step_start(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._step_depth += 1
 
     def _on_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not (optimizer is self._last_owned or self._owns(optimizer)):
             return
-        # An optimizer subclass whose step() calls super().step() runs the hooks twice: count the outer one.
-        self._step_depth = max(0, self._step_depth - 1)
-        if self._step_depth:
-            return
+        if self._step_depth:  # an optimizer whose step() calls its base's: only the outer call counts
+            self._step_depth -= 1
+            if self._step_depth:
+                return
         self._steps += 1
         if self._open or not self._taps_work:
             self._close(0)
+        elif self._activity is None:
+            # A second optimizer's step after the iteration closed, before anything else happened (a
+            # head stepped apart from its backbone): its time is the next iteration's compute.
+            self._activity = self._boundary
 
     def on_scaler_update(self) -> None:
         """A ``GradScaler`` finished a step: one still open was skipped (inf/NaN gradients)."""
@@ -176,16 +182,24 @@ class Attachment:
             self._begin()
         now = self._clock()
         activity = self._activity
-        if self._fetched:
+        fetched = self._fetched
+        if fetched:
             etl, started = self._etl, None
-            other = max(0.0, activity - self._boundary) if activity is not None else 0.0
-            samples, batches = self._loader_samples, self._fetched
+            other = activity - self._boundary if activity is not None and activity > self._boundary else 0.0
+            samples, batches = self._loader_samples, fetched
+            self._etl, self._fetched, self._loader_samples = 0.0, 0, 0
         else:  # no loader seen: the gap before the first forward is the data wait
-            etl, other = 0.0, 0.0
+            etl, other = self._etl, 0.0  # an epoch's start (iter(loader)) may have been timed
             started = self._first_forward if self._first_forward is not None else activity
             samples, batches = (self._samples, self._micro) if self._micro else (None, 1)
+            self._etl = 0.0
         steps = self._steps
-        self._reset_iteration()
+        # reset for the next iteration (what the common path changed, without a method call)
+        self._open = False
+        self._activity = self._first_forward = self._first_input = None
+        self._samples, self._micro, self._steps = 0, 0, 0
+        if self._inputs:
+            self._inputs = []
         self._boundary = now
         self._record(samples, batches, etl, None, started, other, steps, skipped)
 
@@ -193,7 +207,7 @@ class Attachment:
     def _begin(self, at: float | None = None) -> None:
         """Training has started: set the listener up for the model's device and start its clock."""
         self._started = True
-        self._thread = threading.get_ident()
+        self.thread = threading.get_ident()
         param = next(self.model.parameters(), None)
         if param is not None:
             use_model_device(self.listener, param.device, self._timer_factory)
@@ -212,6 +226,10 @@ class Attachment:
             owned = any(id(p) in ours for group in optimizer.param_groups for p in group["params"])
             self._owned[key] = owned
             weakref.finalize(optimizer, self._owned.pop, key, None)
+            levels = _hooked_step_levels(optimizer) if owned else 1
+            if levels > 1:  # seen first in the innermost post-hook: the outer ones of this step follow
+                self._step_depth = levels
+                self._hooks.append(optimizer.register_step_pre_hook(self._on_nested_step_start))
         if owned:
             self._last_owned = optimizer
         return owned
@@ -228,7 +246,9 @@ class Attachment:
         self._detached = True
         untap(self.model, self._on_forward)
         self._step_handle.remove()
-        self._step_pre_handle.remove()
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
         loop_hooks.unregister(self)
         self._last_owned = None
         attachments = attachments_of(self.model)
@@ -238,6 +258,12 @@ class Attachment:
     @property
     def detached(self) -> bool:
         return self._detached
+
+
+def _hooked_step_levels(optimizer: torch.optim.Optimizer) -> int:
+    """How many times one ``optimizer.step()`` runs torch's step hooks: torch wraps the ``step`` of
+    each optimizer class it builds, so a subclass whose ``step`` calls its base's runs them twice."""
+    return sum(getattr(c.__dict__.get("step"), "hooked", False) for c in type(optimizer).__mro__) or 1
 
 
 def attach(

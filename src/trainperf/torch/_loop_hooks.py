@@ -16,12 +16,13 @@ instead (see :func:`suppressed`).
 from __future__ import annotations
 
 import contextlib
-import threading
 import weakref
+from threading import get_ident
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import torch
+from torch import is_grad_enabled
 from torch.utils.data import dataloader as _dl
 
 __all__: list[str] = []
@@ -37,17 +38,16 @@ class LoopObserver(Protocol):
 
     def wants_fetch(self) -> bool: ...
 
-    @property
-    def clock(self) -> Callable[[], float]: ...
-
-
-class _State(threading.local):
-    suppressed = 0
+    clock: Callable[[], float]
+    thread: int  # the training thread: fetches on other threads are not data wait
 
 
 _observers: list[weakref.ref[LoopObserver]] = []  # weak: a model dropped without close() is not kept
-_state = _State()
+# Fetches inside :func:`suppressed` are timed by the caller. A plain counter, not a thread-local: only
+# the training thread's fetches count at all, and a thread-local costs a lookup on every fetch.
+_suppressed = 0
 _originals: dict[str, Any] = {}
+_next: Callable[[Any], Any] = _dl._BaseDataLoaderIter.__next__
 
 
 def register(observer: LoopObserver) -> None:
@@ -67,11 +67,12 @@ def unregister(observer: LoopObserver) -> None:
 @contextlib.contextmanager
 def suppressed() -> Iterator[None]:
     """Fetches inside are not reported (the caller times them itself)."""
-    _state.suppressed += 1
+    global _suppressed
+    _suppressed += 1
     try:
         yield
     finally:
-        _state.suppressed -= 1
+        _suppressed -= 1
 
 
 def _live() -> list[LoopObserver]:
@@ -79,18 +80,31 @@ def _live() -> list[LoopObserver]:
 
 
 def _listening() -> list[LoopObserver]:
-    if _state.suppressed:
+    if _suppressed:
         return []
     return [o for o in _live() if o.wants_fetch()]
 
 
 def _timed_next(self: Any) -> Any:
+    if len(_observers) == 1 and not _suppressed:  # the common case, kept short: one listened model
+        observer = _observers[0]()
+        if observer is None or not (is_grad_enabled() and get_ident() == observer.thread):
+            return _next(self)
+        clock = observer.clock
+        started = clock()
+        try:
+            batch = _next(self)
+        except StopIteration:
+            observer.on_fetch(started, clock(), None)
+            raise
+        observer.on_fetch(started, clock(), batch)
+        return batch
     observers = _listening()
     if not observers:
-        return _originals["next"](self)
+        return _next(self)
     starts = [observer.clock() for observer in observers]
     try:
-        batch = _originals["next"](self)
+        batch = _next(self)
     except StopIteration:  # the end of an epoch (workers shutting down) is data time too, with no batch
         _tell(observers, starts, None)
         raise
@@ -121,7 +135,8 @@ def _update(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _install() -> None:
-    _originals["next"] = _dl._BaseDataLoaderIter.__next__
+    global _next
+    _next = _originals["next"] = _dl._BaseDataLoaderIter.__next__
     _originals["iter"] = _dl.DataLoader.__iter__
     _originals["update"] = torch.amp.GradScaler.update
     _dl._BaseDataLoaderIter.__next__ = _timed_next  # type: ignore[method-assign]
