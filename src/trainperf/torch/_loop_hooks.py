@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from threading import get_ident
 from collections.abc import Callable, Iterator
+from threading import get_ident
 from typing import Any, Protocol
 
 import torch
