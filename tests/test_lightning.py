@@ -146,3 +146,72 @@ def test_callback_is_reusable_and_closes_its_listener(tmp_path):
         assert [r.iteration for r in callback.history] == [2, 4]
         assert callback.listener.closed
     assert len(gc.callbacks) == before
+
+
+class ClockedDataset(torch.utils.data.Dataset):
+    """Each batch advances a fake clock by ``load_s``."""
+
+    def __init__(self, clock, load_s, batch, n=40):
+        self.clock, self.load_s, self.batch, self.n = clock, load_s, batch, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.clock.advance(self.load_s)
+        return torch.randn(self.batch, 16), torch.randint(0, 4, (self.batch,))
+
+
+def test_combined_loader_counts_the_samples_of_every_loader(tmp_path, clock):
+    """Two loaders zipped into each batch (8 + 4 rows): 12 samples per iteration, timed by the fake clock."""
+
+    class TwoLoaders(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 4)
+
+        def training_step(self, batch, batch_idx):
+            clock.advance(0.005)
+            return sum(torch.nn.functional.cross_entropy(self.fc(x), y) for x, y in batch.values())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return {
+                name: torch.utils.data.DataLoader(ClockedDataset(clock, 0.005, size), batch_size=None)
+                for name, size in (("a", 8), ("b", 4))
+            }
+
+    callback = PerformanceCallback(10, sinks=[], clock=clock, verdict=False)
+    trainer(pl, callback, tmp_path).fit(TwoLoaders())
+    records = list(callback.history)
+    assert [r.samples for r in records] == [120] * 4
+    for r in records[1:]:
+        assert r.samples_per_sec == pytest.approx(12 / 0.015, rel=0.1)
+
+
+def test_manual_optimization_with_two_optimizers_is_one_iteration_per_batch(tmp_path):
+    class Gan(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+            self.gen, self.disc = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            opt_g, opt_d = self.optimizers()
+            for opt, make_loss in ((opt_d, lambda: self.disc(x)), (opt_g, lambda: self.disc(self.gen(x)))):
+                opt.zero_grad()
+                self.manual_backward(torch.nn.functional.cross_entropy(make_loss(), y))
+                opt.step()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.gen.parameters(), lr=0.1), torch.optim.SGD(self.disc.parameters(), lr=0.1)
+
+    callback = PerformanceCallback(4, sinks=[])
+    t = trainer(pl, callback, tmp_path)
+    t.fit(Gan(), loader(n=12, batch=8))
+    assert t.global_step == 24  # Lightning counts optimizer steps
+    records = [(r.iteration, r.samples, r.optimizer_steps) for r in callback.history]
+    assert records == [(4, 32, 8), (8, 32, 8), (12, 32, 8)]

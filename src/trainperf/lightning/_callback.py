@@ -17,7 +17,7 @@ wait is the gap between the end of the previous step (or the epoch's start) and
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._listener import PerformanceListener
@@ -95,6 +95,8 @@ class PerformanceCallback(_CallbackBase):
         self._samples: int | None = 0
         self._micro = 0
         self._last_step = 0
+        self._per_batch = False
+        self._samples_of: Callable[[Any], int | None] = batch_size
         self._paused_at: float | None = None
         self._fetch_started: float | None = None
         self._epoch_loop: Any = None
@@ -123,6 +125,10 @@ class PerformanceCallback(_CallbackBase):
         if getattr(trainer, "world_size", 1) > 1:
             listener.set_rank(trainer.global_rank)
         self._last_step = trainer.global_step
+        # Manual optimization may step several optimizers per batch (a GAN): an iteration is then
+        # one training batch, and the record counts its optimizer steps.
+        self._per_batch = not getattr(pl_module, "automatic_optimization", True)
+        self._samples_of = _samples_reader(getattr(trainer.fit_loop, "_combined_loader", None))
         self._wrap_save_checkpoint(trainer)
         self._wrap_fetch(trainer)
         listener.add_advisor(lambda kind: loader_advisor(getattr(trainer, "train_dataloader", None))(kind))
@@ -133,7 +139,7 @@ class PerformanceCallback(_CallbackBase):
 
     # -- hot path -------------------------------------------------------------------------
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        n = batch_size(batch)
+        n = self._samples_of(batch)
         if self._open:
             self._micro += 1
             self._samples = None if n is None or self._samples is None else self._samples + n
@@ -145,14 +151,15 @@ class PerformanceCallback(_CallbackBase):
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
-        if step == self._last_step or not self._open:
+        if not self._open or (step == self._last_step and not self._per_batch):
             return
+        steps = step - self._last_step
         self._last_step = step
         self._open = False
         score = None
         if self.listener.report_score:
             score = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        self.listener.record_iteration(self._samples, self._micro, 0.0, score, self._started)
+        self.listener.record_iteration(self._samples, self._micro, 0.0, score, self._started, 0.0, steps)
 
     # -- time that is not training --------------------------------------------------------
     def _pause(self) -> None:
@@ -232,3 +239,23 @@ class PerformanceCallback(_CallbackBase):
     def history(self) -> Any:
         """The listener's recent records."""
         return self.listener.history
+
+
+def _samples_reader(combined: Any) -> Callable[[Any], int | None]:
+    """How to count a training batch's samples: the first tensor's rows, or, when a ``CombinedLoader``
+    zips several loaders into one batch (a dict or list of their batches), the sum over them."""
+    loaders = getattr(combined, "flattened", None) or []
+    if len(loaders) < 2 or getattr(combined, "_mode", None) == "sequential":
+        return batch_size
+
+    def per_loader(batch: Any) -> int | None:
+        parts = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else [batch]
+        total = 0
+        for part in parts:
+            n = batch_size(part)
+            if n is None:
+                return None
+            total += n
+        return total
+
+    return per_loader
