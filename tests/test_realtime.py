@@ -35,8 +35,8 @@ class Net(ListenerModule, torch.nn.Module):
         return self.fc(x)
 
 
-def sleepy_loader(n=25):
-    return torch.utils.data.DataLoader(SleepyDataset(n, 16, 0.020), batch_size=None)
+def sleepy_loader(n=25, delay=0.020, batch=16):
+    return torch.utils.data.DataLoader(SleepyDataset(n, batch, delay), batch_size=None)
 
 
 def etls(listener):
@@ -85,10 +85,11 @@ def test_fit_with_sleepy_loader_reads_20ms_and_real_iteration_time():
 
 
 def test_gc_pause_time_is_measured_not_estimated():
+    import gc
+
+    junk = [[{} for _ in range(50)] for _ in range(20000)]  # built first: building it may collect on its own
     lst = PerformanceListener(1, sinks=[], report_gc=True, verdict=False)
     lst.start()
-    junk = [[{} for _ in range(50)] for _ in range(20000)]
-    import gc
 
     started = time.perf_counter()
     gc.collect()
@@ -99,3 +100,26 @@ def test_gc_pause_time_is_measured_not_estimated():
     assert gen2.count >= 1
     assert 0.5 * pause_ms <= gen2.ms <= 1.05 * pause_ms
     lst.close()
+
+
+def test_unchanged_accumulation_loop_counts_every_micro_batch_load():
+    """4 micro-batches of a 5 ms loader per step, no wrapper: about 20 ms of data wait per step."""
+    from trainperf.torch import attach
+
+    model = torch.nn.Linear(16, 4)
+    lst = PerformanceListener(5, sinks=[], verdict=False)
+    attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    started = time.perf_counter()
+    for i, (x, y) in enumerate(sleepy_loader(n=80, delay=0.005, batch=8)):
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        if i % 4 == 3:
+            opt.step()
+            opt.zero_grad()
+    elapsed = time.perf_counter() - started
+    lst.close()
+    recs = [r for r in lst.history if not r.warmup]
+    assert lst.iteration == 20
+    assert 18.0 <= statistics.mean(r.etl_ms for r in recs) <= 26.0
+    assert all(r.etl_source == "loader" and r.samples == 5 * 4 * 8 for r in recs)
+    assert sum(r.window_s for r in lst.history) == pytest.approx(elapsed, rel=0.1)
