@@ -178,7 +178,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=80, help="optimizer steps per run (default 80)")
     args = parser.parse_args()
     print(f"machine: {platform.machine()} {platform.processor() or ''} torch {torch.__version__}")
-    head = f"{'scenario':<32} {'ETL true':>8} {'ETL':>7} {'iter true':>9} {'iter':>7} {'smp/s true':>10} {'smp/s':>8}  verdict"
+    head = (f"{'scenario':<32} {'ETL true':>8} {'ETL':>7} {'iter true':>9} {'iter':>7} {'smp/s true':>10} "
+            f"{'smp/s':>8}  verdict")
     print(head)
     print("-" * len(head))
     with warnings.catch_warnings():
