@@ -297,3 +297,70 @@ def test_history_is_bounded():
     for _ in range(10):
         listener.record_iteration(samples=1)
     assert [r.iteration for r in listener.history] == [8, 9, 10]
+
+
+def test_close_reports_the_last_partial_window(clock):
+    """25 iterations at frequency 10: close() reports iterations 21 to 25 too, and the summary has 20 after warm-up."""
+    lst, sink = make(clock, frequency=10)
+    run(lst, clock, [0.01] * 25)
+    lst.close()
+    assert [r.iteration for r in sink.records] == [10, 20, 25]
+    assert lst.summary().iterations == 15 and lst.summary().total_iterations == 25
+    assert "15 of 25 iterations, warm-up left out" in str(lst.summary())
+
+
+def test_context_manager_reports_the_last_window_too(clock):
+    sink = MemorySink()
+    with PerformanceListener(10, sinks=[sink], clock=clock, verdict=False) as lst:
+        run(lst, clock, [0.01] * 7)
+    assert [r.iteration for r in sink.records] == [7]
+
+
+def test_summary_shows_every_bottleneck_with_its_share_fixes_and_verdict_counts(clock):
+    """Data wait 45% and GC 15%: both are listed, with shares and fixes, and the windows' verdicts are counted."""
+    lst = PerformanceListener(2, sinks=[], clock=clock, verdict=True, report_gc=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(20):
+            clock.advance(0.040)
+            lst._gc.seconds[0] += 0.015  # a GC pause of 15 ms in each 100 ms iteration
+            lst._gc.counts[0] += 1
+            clock.advance(0.060)
+            lst.record_iteration(samples=8, etl=0.045)
+    summary = lst.summary()
+    kinds = [b.kind for b in summary.bottlenecks]
+    assert kinds == ["input-bound", "gc-bound"]
+    assert summary.bottlenecks[0].share == pytest.approx(45.0) and summary.bottlenecks[1].share == pytest.approx(15.0)
+    text = str(summary)
+    assert "gc-bound: 15% of the time" in text and "gc.freeze()" in text
+    assert "verdicts over 9 windows: input-bound 9" in text
+    lst.close()
+
+
+def test_verdict_thresholds_are_options_and_are_checked(clock):
+    lst, sink = make(clock, frequency=2, verdict=True, input_bound_share=50.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run(lst, clock, [0.01] * 6, etl=0.004)  # 40% data wait: fine under a 50% line
+    assert [r.verdict.kind for r in sink.records] == ["fine"] * 3
+    for name in ("input_bound_share", "gc_bound_share", "loop_bound_share"):
+        for bad in (0, 101, "20", True):
+            with pytest.raises(ValueError, match=f"{name} must be a percentage in \\(0, 100\\], got {bad!r}"):
+                PerformanceListener(1, **{name: bad})
+
+
+def test_bottleneck_warning_from_an_attached_model_points_at_the_users_line(clock):
+    torch = pytest.importorskip("torch")
+    from trainperf.torch import attach
+
+    model = torch.nn.Linear(2, 2)
+    lst = PerformanceListener(2, sinks=[], clock=clock)
+    attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.warns(BottleneckWarning) as caught:
+        for _ in range(6):
+            clock.advance(0.05)
+            model(torch.ones(1, 2)).sum().backward()
+            opt.step()  # the step closes the iteration that reports and warns
+    lst.close()
+    assert caught[0].filename == __file__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -14,7 +15,7 @@ from ._advice import DEFAULT_FIXES
 from ._gc import GCMonitor
 from ._record import GCStat, PerformanceRecord, Verdict
 from ._summary import RunSummary, build_summary
-from ._verdict import judge
+from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds, judge
 from ._window import WindowEntry, WindowFigures, window_figures
 from .sinks._base import FanOut, Sink
 from .sinks._logging import LoggingSink
@@ -63,6 +64,30 @@ def _check_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {value!r}")
     return value
+
+
+def _check_share(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 100.0:
+        raise ValueError(f"{name} must be a percentage in (0, 100], got {value!r}")
+    return float(value)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_TORCH_MARKERS = (f"{os.sep}torch{os.sep}", f"{os.sep}lightning{os.sep}", f"{os.sep}pytorch_lightning{os.sep}")
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the user's own line: the first frame outside
+    trainperf and the frameworks that called into it (an optimizer's step hook, a Lightning hook)."""
+    frame = sys._getframe(2)  # the caller of warnings.warn's caller
+    level = 2
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(_PACKAGE_DIR) and not any(marker in name for marker in _TORCH_MARKERS):
+            return level
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return 2
 
 
 def _env_rank() -> int | None:
@@ -124,6 +149,9 @@ class PerformanceListener:
         strict: bool = False,
         history: int | None = 1000,
         verdict: bool = True,
+        input_bound_share: float = INPUT_BOUND_SHARE,
+        gc_bound_share: float = GC_BOUND_SHARE,
+        loop_bound_share: float = LOOP_BOUND_SHARE,
         clock: Callable[[], float] = time.perf_counter,
         wall_clock: Callable[[], float] = time.time,
         rank: int | None = None,
@@ -139,6 +167,11 @@ class PerformanceListener:
         self.report_sample = _check_bool("report_sample", report_sample)
         self.report_batch = _check_bool("report_batch", report_batch)
         self.verdict = _check_bool("verdict", verdict)
+        self.thresholds = Thresholds(
+            input_bound=_check_share("input_bound_share", input_bound_share),
+            gc_bound=_check_share("gc_bound_share", gc_bound_share),
+            loop_bound=_check_share("loop_bound_share", loop_bound_share),
+        )
         self.strict = _check_bool("strict", strict)
         if not callable(clock):
             raise TypeError(f"clock must be callable, got {clock!r}")
@@ -166,6 +199,7 @@ class PerformanceListener:
         self._collectors: list[tuple[str, Collector, tuple[int, float | None]]] = []
         self._advisors: list[Advisor] = []
         self._on_close: list[Callable[[], None]] = []
+
         self._timer: IterationTimer | None = None
         self._warned_verdicts: set[str] = set()
         self._closed = False
@@ -352,7 +386,7 @@ class PerformanceListener:
                 stacklevel=3,
             )
         gc_stats, gc_s = self._collect_gc()
-        verdict = judge(window_s, etl_s, gc_s, figures.other_s) if self.verdict else None
+        verdict = judge(window_s, etl_s, gc_s, figures.other_s, self.thresholds) if self.verdict else None
         record = PerformanceRecord(
             iteration=self._count,
             window_iterations=n,
@@ -457,7 +491,7 @@ class PerformanceListener:
         warnings.warn(
             f"trainperf: training is {verdict.kind} ({verdict.reason}). Likely fixes:\n{text}",
             BottleneckWarning,
-            stacklevel=4,
+            stacklevel=_user_stacklevel(),
         )
 
     def summary(self) -> RunSummary:
@@ -472,6 +506,8 @@ class PerformanceListener:
             iterations=totals.iterations,
             samples=totals.samples,
             verdict_counts=dict(totals.verdict_counts),
+            thresholds=self.thresholds,
+            total_iterations=self._count,
             fixes=self.fixes_for,
         )
 
@@ -483,9 +519,11 @@ class PerformanceListener:
         return None
 
     def close(self) -> None:
-        """Remove hooks and the ``gc.callbacks`` entry, and close the sinks. Idempotent."""
+        """Report what is left of the last window (see :meth:`flush`), remove hooks and the
+        ``gc.callbacks`` entry, and close the sinks. Idempotent."""
         if self._closed:
             return
+        self.flush()
         self._closed = True
         if self._gc is not None:
             self._gc.uninstall()

@@ -1,18 +1,35 @@
-"""End-of-run summary: where the time went and what to change first."""
+"""End-of-run summary: where the time went, every bottleneck that crossed its line, and its fixes."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE
+from ._verdict import DEFAULT_THRESHOLDS, Thresholds
 
 __all__ = ["RunSummary", "build_summary"]
+
+#: Fixes listed per bottleneck.
+FIXES_PER_BOTTLENECK = 3
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """One bottleneck of a run: its share of the wall time, the windows judged so, and its fixes."""
+
+    kind: str
+    share: float
+    windows: int
+    fixes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class RunSummary:
-    """Time split of a run (after the warm-up window) and its top recommendations."""
+    """Time split of a run (after the warm-up window), its bottlenecks and their fixes.
+
+    ``recommendations`` holds every bottleneck's fixes, the largest bottleneck's first.
+    ``total_iterations`` counts the warm-up window too.
+    """
 
     wall_s: float
     etl_s: float
@@ -23,6 +40,8 @@ class RunSummary:
     verdict_counts: dict[str, int] = field(default_factory=dict)
     recommendations: tuple[str, ...] = ()
     other_s: float = 0.0
+    bottlenecks: tuple[Bottleneck, ...] = ()
+    total_iterations: int = 0
 
     def _pct(self, part: float) -> float:
         return 100.0 * part / self.wall_s if self.wall_s > 0 else 0.0
@@ -59,9 +78,14 @@ class RunSummary:
             "other_s": self.other_s,
             "other_pct": self.other_pct,
             "iterations": self.iterations,
+            "total_iterations": self.total_iterations,
             "samples": self.samples,
             "samples_per_sec": self.samples_per_sec,
             "verdict_counts": dict(self.verdict_counts),
+            "bottlenecks": [
+                {"kind": b.kind, "share": b.share, "windows": b.windows, "fixes": list(b.fixes)}
+                for b in self.bottlenecks
+            ],
             "recommendations": list(self.recommendations),
         }
 
@@ -69,20 +93,29 @@ class RunSummary:
         if self.iterations == 0:
             return "trainperf summary: no iterations after the warm-up window were reported"
         rate = self.samples_per_sec
+        left_out = self.total_iterations - self.iterations
+        counted = (
+            f"{self.iterations} of {self.total_iterations} iterations, warm-up left out"
+            if left_out > 0
+            else f"{self.iterations} iterations"
+        )
         lines = [
-            f"trainperf summary: {self.iterations} iterations in {self.wall_s:.2f} s"
-            + (f" ({rate:.1f} samples/sec)" if rate else ""),
+            f"trainperf summary: {counted}, in {self.wall_s:.2f} s" + (f" ({rate:.1f} samples/sec)" if rate else ""),
             f"  data wait {self.etl_s:8.3f} s  {self.etl_pct:5.1f}%",
             f"  compute   {self.compute_s:8.3f} s  {self.compute_pct:5.1f}%",
-            f"  GC        {self.gc_s:8.3f} s  {self.gc_pct:5.1f}%",
         ]
         if self.other_s > 0:
-            lines.insert(3, f"  other     {self.other_s:8.3f} s  {self.other_pct:5.1f}%  (loop's own host work)")
-        if self.recommendations:
-            lines.append("  recommendations:")
-            lines.extend(f"    {i}. {text}" for i, text in enumerate(self.recommendations, 1))
-        else:
-            lines.append("  no bottleneck found: data wait and GC are small next to compute")
+            lines.append(f"  other     {self.other_s:8.3f} s  {self.other_pct:5.1f}%  (loop's own host work)")
+        lines.append(f"  GC        {self.gc_s:8.3f} s  {self.gc_pct:5.1f}%")
+        if self.verdict_counts:
+            windows = sum(self.verdict_counts.values())
+            counts = ", ".join(f"{kind} {n}" for kind, n in sorted(self.verdict_counts.items(), key=lambda kv: -kv[1]))
+            lines.append(f"  verdicts over {windows} windows: {counts}")
+        if not self.bottlenecks:
+            lines.append("  no bottleneck found: data wait, GC and other host work are small next to compute")
+        for b in self.bottlenecks:
+            lines.append(f"  {b.kind}: {b.share:.0f}% of the time, {b.windows} window(s) judged so; fixes:")
+            lines.extend(f"    - {fix}" for fix in b.fixes)
         return "\n".join(lines)
 
 
@@ -96,25 +129,30 @@ def build_summary(
     samples: int,
     verdict_counts: dict[str, int],
     fixes: Callable[[str], Sequence[str]],
-    top: int = 3,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    total_iterations: int | None = None,
 ) -> RunSummary:
-    """Assemble a :class:`RunSummary`; recommendations follow the larger bottleneck first."""
+    """Assemble a :class:`RunSummary`.
+
+    A bottleneck is listed when its share of the whole run crosses half its verdict threshold, or
+    when any window was judged so; the largest share first, each with its fixes.
+    """
     compute_s = max(0.0, wall_s - etl_s - gc_s - other_s)
-    ranked: list[tuple[float, str]] = []
+    bottlenecks: list[Bottleneck] = []
     if wall_s > 0:
-        etl_share, gc_share = 100 * etl_s / wall_s, 100 * gc_s / wall_s
-        if etl_share >= INPUT_BOUND_SHARE / 4:
-            ranked.append((etl_share, "input-bound"))
-        if gc_share >= GC_BOUND_SHARE / 2:
-            ranked.append((gc_share, "gc-bound"))
-        other_share = 100 * other_s / wall_s
-        if other_share >= LOOP_BOUND_SHARE / 2:
-            ranked.append((other_share, "loop-bound"))
+        for kind, seconds, threshold in (
+            ("input-bound", etl_s, thresholds.input_bound),
+            ("gc-bound", gc_s, thresholds.gc_bound),
+            ("loop-bound", other_s, thresholds.loop_bound),
+        ):
+            share = 100.0 * seconds / wall_s
+            windows = verdict_counts.get(kind, 0)
+            if share >= threshold / 2 or windows:
+                bottlenecks.append(Bottleneck(kind, share, windows, tuple(fixes(kind)[:FIXES_PER_BOTTLENECK])))
+    bottlenecks.sort(key=lambda b: -b.share)
     recommendations: list[str] = []
-    for _, kind in sorted(ranked, reverse=True):
-        for fix in fixes(kind):
-            if fix not in recommendations:
-                recommendations.append(fix)
+    for b in bottlenecks:
+        recommendations.extend(fix for fix in b.fixes if fix not in recommendations)
     return RunSummary(
         wall_s=wall_s,
         etl_s=etl_s,
@@ -124,5 +162,7 @@ def build_summary(
         iterations=iterations,
         samples=samples,
         verdict_counts=verdict_counts,
-        recommendations=tuple(recommendations[:top]),
+        recommendations=tuple(recommendations),
+        bottlenecks=tuple(bottlenecks),
+        total_iterations=iterations if total_iterations is None else total_iterations,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ._record import Verdict
 
 __all__: list[str] = []
@@ -16,7 +18,21 @@ GC_BOUND_SHARE = 10.0
 #: loop-bound: evaluation, logging or metric syncs between steps take as long as a slow loader would.
 LOOP_BOUND_SHARE = 20.0
 
-def judge(window_s: float, etl_s: float, gc_s: float, other_s: float = 0.0) -> Verdict:
+@dataclass(frozen=True)
+class Thresholds:
+    """Shares of a window's wall time, in percent, from which it is input-, GC- or loop-bound."""
+
+    input_bound: float = INPUT_BOUND_SHARE
+    gc_bound: float = GC_BOUND_SHARE
+    loop_bound: float = LOOP_BOUND_SHARE
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+def judge(
+    window_s: float, etl_s: float, gc_s: float, other_s: float = 0.0, thresholds: Thresholds = DEFAULT_THRESHOLDS
+) -> Verdict:
     """Verdict for one window from its wall time and the data-wait, GC-pause and other host seconds in it.
 
     The largest share that crosses its threshold names the verdict.
@@ -29,9 +45,9 @@ def judge(window_s: float, etl_s: float, gc_s: float, other_s: float = 0.0) -> V
     bound = [
         (share, kind, reason)
         for share, threshold, kind, reason in (
-            (etl_share, INPUT_BOUND_SHARE, "input-bound", "of step waiting for data"),
-            (gc_share, GC_BOUND_SHARE, "gc-bound", "of step in garbage collection"),
-            (other_share, LOOP_BOUND_SHARE, "loop-bound",
+            (etl_share, thresholds.input_bound, "input-bound", "of step waiting for data"),
+            (gc_share, thresholds.gc_bound, "gc-bound", "of step in garbage collection"),
+            (other_share, thresholds.loop_bound, "loop-bound",
              "of step in the loop's own host work, outside the loader and the step"),
         )
         if share >= threshold
