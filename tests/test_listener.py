@@ -321,7 +321,7 @@ def test_summary_shows_every_bottleneck_with_its_share_fixes_and_verdict_counts(
     lst = PerformanceListener(2, sinks=[], clock=clock, verdict=True, report_gc=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for i in range(20):
+        for _ in range(20):
             clock.advance(0.040)
             lst._gc.seconds[0] += 0.015  # a GC pause of 15 ms in each 100 ms iteration
             lst._gc.counts[0] += 1
