@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import warnings
 
 import pytest
 
-from trainperf import MemorySink, PerformanceListener
+import trainperf
+from trainperf import MemorySink, PerformanceListener, PerformanceRecord
 from trainperf.sinks import CSV_COLUMNS, CsvSink, JsonLinesSink, LoggerSink, TensorBoardSink, TqdmSink
 
 
@@ -159,3 +161,33 @@ def test_any_callable_is_a_sink(clock):
     listener = PerformanceListener(1, sinks=[seen.append, MemorySink()], clock=clock)
     drive(listener, clock, 2)
     assert [r.iteration for r in seen] == [1, 2]
+
+
+def _strict_json(line):
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_json_lines_are_strict_json_and_non_finite_scores_read_back_apart(tmp_path):
+    path = tmp_path / "run.jsonl"
+    scores = [float("nan"), float("inf"), float("-inf"), 0.5]
+    with JsonLinesSink(path) as sink:
+        for i, score in enumerate(scores, 1):
+            sink(PerformanceRecord(iteration=i, window_iterations=1, window_s=1.0, warmup=False, timestamp=0.0,
+                                   score=score))
+    rows = [_strict_json(line) for line in path.read_text().splitlines()]
+    assert [r["score"] for r in rows] == ["NaN", "Infinity", "-Infinity", 0.5]
+    back = trainperf.parse_log(path).column("score")
+    assert math.isnan(back[0]) and back[1:] == [math.inf, -math.inf, 0.5]
+    frame = trainperf.parse_log(path).to_pandas()
+    assert math.isnan(frame["score"][0]) and frame["score"].tolist()[1:] == [math.inf, -math.inf, 0.5]
+
+
+def test_appending_after_a_cut_last_line_starts_a_new_line(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"iteration":1,"window_iterations":1}\n{"iteration":2,"win')
+    with JsonLinesSink(path, append=True) as sink:
+        sink(PerformanceRecord(iteration=3, window_iterations=1, window_s=1.0, warmup=False, timestamp=0.0))
+    assert trainperf.parse_log(path).column("iteration") == [1.0, 3.0]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+from pathlib import Path
 from typing import Any
 
 from .._record import PerformanceRecord
@@ -16,13 +18,28 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+#: How non-finite numbers are written: strict JSON has no NaN or Infinity, and many readers (Node,
+#: DuckDB, log pipelines) reject the extension; :func:`trainperf.parse_log` reads these back as floats.
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _strict(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by its name as a string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NON_FINITE[repr(value)]
+    if isinstance(value, dict):
+        return {key: _strict(item) for key, item in value.items()}
+    return value
+
+
 class JsonLinesSink(FileSink):
     """One JSON object per record and line, flushed as it is written.
 
     Each record is written with a single ``write`` and flushed, so after a crash the file is
     readable up to its last complete line (:func:`trainperf.parse_log` skips a cut-off last line).
-    Non-finite scores are written as JSON's common extension ``NaN`` / ``Infinity``, which Python's
-    ``json`` and pandas read back.
+    The lines are strict JSON: a non-finite figure (a diverging loss) is written as the string
+    ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``, which :func:`trainperf.parse_log` reads back as
+    the float it was. Appending to a file whose last line was cut (a crash) starts on a new line.
 
     Args:
         path: the file; created, or appended to when ``append`` is true.
@@ -33,13 +50,30 @@ class JsonLinesSink(FileSink):
     def __init__(self, path: str | os.PathLike[str], *, append: bool = True, fsync: bool = False) -> None:
         super().__init__(path, append=append)
         self.fsync = fsync
+        if append and _ends_mid_line(self.path):
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write("\n")
         self._file = open(self.path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 - owned
 
     def __call__(self, record: PerformanceRecord) -> None:
         if self._file is None:
             raise ValueError(f"{self!r} is closed")
-        line = json.dumps(record.to_dict(), default=_json_default, separators=(",", ":")) + "\n"
+        line = json.dumps(_strict(record.to_dict()), default=_json_default, separators=(",", ":"), allow_nan=False)
+        line += "\n"
         self._file.write(line)
         self._file.flush()
         if self.fsync:
             os.fsync(self._file.fileno())
+
+
+def _ends_mid_line(path: Path) -> bool:
+    """Whether the file exists and its last byte is not a newline (its writer stopped mid-line)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
