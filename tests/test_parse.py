@@ -159,3 +159,20 @@ def test_json_lines_and_text_lines_come_out_in_the_order_of_the_log():
     lines = ['{"iteration": 1, "etl_ms": 2.0}', "ETL: 3 ms; iteration 2;", '{"iteration": 3, "etl_ms": 4.0}']
     log = trainperf.parse_log(lines)
     assert [r["iteration"] for r in log] == [1, 2, 3] and [r["etl_ms"] for r in log] == [2.0, 3.0, 4.0]
+
+
+def test_a_line_cut_in_the_middle_is_skipped_and_counted_not_read(tmp_path):
+    """A crash cut a line mid-field, the run restarted and wrote more: the cut line is no record."""
+    whole = "INFO trainperf - ETL: 2 ms; iteration {}; iteration time: 4 ms; samples/sec: 100; batches/sec: 5;"
+    dl4j = "o.d.o.l.PerformanceListener - ETL: 0 ms; iteration 16; iteration time: 65 ms; samples/sec: 492.308;"
+    text = "\n".join([whole.format(10), whole.format(20)[:55], dl4j[:70], whole.format(10), dl4j, ""])
+    log = trainperf.parse_log(io.StringIO(text))
+    assert log.column("iteration") == [10.0, 10.0, 16.0]
+    assert log.truncated == 2
+    assert log.column("iteration_ms") == [4.0, 4.0, 65.0]
+
+
+def test_a_whole_line_without_some_fields_is_still_a_record():
+    text = "ETL: 2 ms; iteration 10; score: 0.5;\niteration 11; iteration time: 3 ms;\n"
+    log = trainperf.parse_log(io.StringIO(text))
+    assert log.column("iteration") == [10.0, 11.0] and log.truncated == 0

@@ -55,7 +55,8 @@ _BODY = (
     + "".join(map(_optional, TRAINPERF_FIELDS))
     + r"( warm-up;)?"
     + r"(?: verdict: ([\w-]+) \((?:(\d+(?:\.\d+)?)%)?[^\n]*\);)?"
-    + r"[^\n]*"  # fields added after these are tolerated
+    + r"(?:[^\n]*;)?"  # fields added after these are tolerated
+    + r"[ \t\r]*(?=\n|\Z)"  # a line is whole when it ends with the ``;`` after its last field
 )
 # The fast pattern starts with a literal, which the engine finds with a plain substring search, so
 # whatever stands before the fields (timestamps, levels, logger names) costs almost nothing. The

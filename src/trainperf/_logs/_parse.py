@@ -14,6 +14,9 @@ from ._lines import COLUMNS, INTEGER_COLUMNS, TextRows, scan_lines, split_json_l
 
 __all__ = ["ParsedLog", "parse_log"]
 
+#: A listener line cut in the middle: it has the ``ETL:`` field but does not end with ``;``.
+_CUT = re.compile(rb"ETL: [^\n]*[^;\s\n][ \t\r]*$", re.MULTILINE)
+
 #: Logs at least this long are read in bulk when pandas is installed (see ``_parse_bulk``).
 BULK_MIN_BYTES = 1 << 20
 
@@ -23,7 +26,8 @@ class ParsedLog:
 
     Attributes:
         skipped: lines that were not listener lines.
-        truncated: 1 when the last line was cut off (its writer stopped mid-line) and skipped.
+        truncated: listener lines that were cut off (their writer stopped mid-line, perhaps before
+            more lines were written after a restart) and skipped.
     """
 
     def __init__(self, rows: TextRows | None = None, *, frame: Any = None, skipped: int = 0, truncated: int = 0):
@@ -175,6 +179,7 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
     if not complete:
         data = data[: data.rfind(b"\n") + 1]
         truncated = 1
+    truncated += len(_CUT.findall(data))
     pd = _pandas() if len(data) >= BULK_MIN_BYTES else None
     if pd is not None:
         from ._bulk import read_bulk
