@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from trainperf import _cli
 
@@ -46,3 +47,86 @@ def test_plot_writes_an_image_and_nothing_else(tmp_path):
     assert _cli.main(["plot", str(log), "-o", str(out), "--title", "guide"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.png", "train.log"]  # no temporary file left
+
+
+def test_parse_without_output_writes_csv_to_stdout_and_reads_stdin(tmp_path, capsys, monkeypatch):
+    import io
+
+    log = write_log(tmp_path)
+    assert _cli.main(["parse", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("iteration,") and len(out.splitlines()) == 3
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(log.read_bytes())))
+    assert _cli.main(["parse", "-"]) == 0
+    assert capsys.readouterr().out == out
+
+
+def test_plot_reads_what_the_csv_sink_wrote(tmp_path):
+    from trainperf import PerformanceListener
+    from trainperf.sinks import CsvSink
+
+    clock = iter(range(1000))
+    with CsvSink(tmp_path / "perf.csv") as sink:
+        lst = PerformanceListener(2, sinks=[sink], clock=lambda: next(clock) / 100, verdict=False)
+        for _ in range(10):
+            lst.record_iteration(samples=8)
+        lst.close()
+    assert _cli.main(["plot", str(tmp_path / "perf.csv"), "-o", str(tmp_path / "perf.png")]) == 0
+    assert (tmp_path / "perf.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_numbers_and_paths_are_named(tmp_path, capsys):
+    for argv, text in ((["bench", "--epochs", "0"], "--epochs: must be a positive integer, got '0'"),
+                       (["demo", "--iterations", "0"], "--iterations: must be a positive integer, got '0'")):
+        with pytest.raises(SystemExit) as exit_:
+            _cli.main(argv)
+        assert exit_.value.code == 2 and text in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"not": "a record"}\n')
+    assert _cli.main(["parse", str(empty), "-o", str(tmp_path / "x.csv")]) == 2
+    assert "empty.jsonl: no listener lines found" in capsys.readouterr().err
+    assert _cli.main(["plot", str(empty), "-o", str(tmp_path / "x.png")]) == 2
+    assert _cli.main(["plot", str(tmp_path / "perf.log"), "-o", str(tmp_path / "x.gif")]) == 2
+    assert "--output must end in .png, .svg, .pdf, got" in capsys.readouterr().err
+    assert _cli.main(["parse", str(write_log(tmp_path)), "-o", str(tmp_path / "no" / "x.csv")]) == 2
+    assert "cannot write" in (err := capsys.readouterr().err) and str(tmp_path / "no" / "x.csv") in err
+
+
+def test_console_script_finds_factories_in_the_current_folder(tmp_path, monkeypatch):
+    (tmp_path / "mytrain_cwd.py").write_text("def make_model():\n    return 42\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    from trainperf._cli._main import _factory
+
+    assert _factory("mytrain_cwd:make_model", "model") == 42
+
+
+def test_files_written_whole_get_the_umask_permissions(tmp_path):
+    import os
+    import stat
+
+    from trainperf.sinks import CsvSink
+
+    old = os.umask(0o022)
+    try:
+        log = write_log(tmp_path)
+        assert _cli.main(["parse", str(log), "-o", str(tmp_path / "t.csv")]) == 0
+        assert _cli.main(["plot", str(log), "-o", str(tmp_path / "t.png")]) == 0
+        with CsvSink(tmp_path / "wide.csv") as sink:  # a new collector widens the header: the file is rewritten
+            from trainperf import GCStat, PerformanceRecord
+
+            sink(PerformanceRecord(iteration=1, window_iterations=1, window_s=1.0, warmup=False, timestamp=0.0))
+            with pytest.warns(UserWarning, match="new columns"):
+                sink(PerformanceRecord(iteration=2, window_iterations=1, window_s=1.0, warmup=False, timestamp=0.0,
+                                       gc=(GCStat("gen0", 1, 0.1),)))
+        import torch
+
+        from trainperf.data import presave
+
+        presave([(torch.ones(2, 2), torch.zeros(2))] * 3, tmp_path / "cache", batches_per_shard=2)
+        shards = [p.relative_to(tmp_path) for p in (tmp_path / "cache").iterdir()]
+        assert len(shards) >= 3  # two shards and the manifest
+        for name in ("t.csv", "t.png", "wide.csv", *shards):
+            assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
+    finally:
+        os.umask(old)

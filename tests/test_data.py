@@ -230,3 +230,11 @@ def test_bench_compares_three_ways_and_presaved_wins():
     assert given["etl_s"] > 0.15  # 20 batches x 12 ms of decoding
     assert saved["etl_s"] < given["etl_s"] / 3
     assert saved["total_s"] < given["total_s"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_prefetch_to_cuda_without_cuda_fails_at_the_call_naming_the_argument():
+    with pytest.raises(ValueError, match="to_device='cuda' but CUDA is not available"):
+        prefetch([torch.ones(1)], to_device="cuda")
+    with pytest.raises(ValueError, match="to_device must name a torch device, got 'gpu9'"):
+        prefetch([torch.ones(1)], to_device="gpu9")

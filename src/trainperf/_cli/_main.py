@@ -20,41 +20,77 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse(args: argparse.Namespace) -> int:
+_TABLES = (".csv", ".jsonl")
+_IMAGES = (".png", ".svg", ".pdf")
+
+
+def _read_log(path: str) -> Any:
+    """A :class:`~trainperf.ParsedLog` of ``path`` (``-``: standard input)."""
     from .._logs import parse_log
 
+    return parse_log(sys.stdin.buffer if path == "-" else path)
+
+
+def _parse(args: argparse.Namespace) -> int:
     out: str | None = args.output
-    if out is not None and not out.endswith((".csv", ".jsonl", ".json")):
-        raise ValueError(f"--output must end in .csv or .jsonl, got {out!r}")
-    log = parse_log(args.log)
+    if out is not None and out != "-" and not out.endswith(_TABLES):
+        raise ValueError(f"--output must end in {' or '.join(_TABLES)} (or be - for standard output), got {out!r}")
+    log = _read_log(args.log)
+    if not len(log):
+        raise ValueError(f"{args.log}: no listener lines found ({log.skipped} other lines)")
     print(f"{args.log}: {len(log)} listener lines, {log.skipped} other lines skipped"
-          + (", a cut-off last line skipped" if log.truncated else ""), file=sys.stderr)
-    if out is None:
-        frame = log.to_pandas()
-        print(frame.to_string(max_rows=20))
-        return 0
+          + (f", {log.truncated} cut-off lines skipped" if log.truncated else ""), file=sys.stderr)
     frame = log.to_pandas()
+    if out is None or out == "-":
+        frame.to_csv(sys.stdout, index=False)
+        return 0
     if out.endswith(".csv"):
-        atomic_write(out, lambda f: frame.to_csv(f, index=False))
+        _write(out, lambda f: frame.to_csv(f, index=False))
     else:
-        atomic_write(out, lambda f: frame.to_json(f, orient="records", lines=True))
+        _write(out, lambda f: frame.to_json(f, orient="records", lines=True))
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
-def _plot(args: argparse.Namespace) -> int:
-    from .._logs import parse_log, plot
+def _write(path: str, write: Any, *, binary: bool = False) -> None:
+    """Write ``path`` whole or not at all; an error names ``path``, not the temporary file."""
+    try:
+        atomic_write(path, write, binary=binary)  # type: ignore[call-overload]
+    except OSError as exc:
+        raise OSError(f"cannot write {path!r}: {exc.strerror or exc}") from exc
 
-    fig = plot(parse_log(args.log), title=args.title)
+
+def _plot(args: argparse.Namespace) -> int:
+    from .._logs import plot
+
     out: str = args.output
-    suffix = os.path.splitext(out)[1][1:] or "png"
-    atomic_write(out, lambda f: fig.savefig(f, format=suffix, dpi=args.dpi), binary=True)
+    suffix = os.path.splitext(out)[1].lower()
+    if suffix not in _IMAGES:
+        raise ValueError(f"--output must end in {', '.join(_IMAGES)}, got {out!r}")
+    if args.log.endswith(".csv"):  # what CsvSink writes, or what `trainperf parse -o x.csv` wrote
+        import pandas as pd
+
+        try:
+            data: Any = pd.read_csv(args.log)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read {args.log!r} as CSV: {exc}") from exc
+        if "iteration" not in data:
+            raise ValueError(f"{args.log}: no 'iteration' column, so no listener records")
+    else:
+        data = _read_log(args.log)
+        if not len(data):
+            raise ValueError(f"{args.log}: no listener lines found ({data.skipped} other lines)")
+    fig = plot(data, title=args.title)
+    _write(out, lambda f: fig.savefig(f, format=suffix[1:], dpi=args.dpi), binary=True)
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
 def _factory(spec: str, what: str) -> Any:
     import importlib
+
+    if os.getcwd() not in sys.path and "" not in sys.path:  # `trainperf` as a console script: find ./mytrain.py
+        sys.path.insert(0, os.getcwd())
 
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -73,7 +109,7 @@ def _doctor(args: argparse.Namespace) -> int:
     loader = _factory(args.loader, "loader") if args.loader else None
     report = doctor(model=model, loader=loader, steps=args.steps)
     print(report.to_json(indent=2) if args.json else report)
-    return 0
+    return 1 if any(check.status == "fail" for check in report.checks) else 0
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -99,45 +135,82 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
-    parser = argparse.ArgumentParser(prog="trainperf", description="Why is my training slow?")
+    parser = argparse.ArgumentParser(
+        prog="trainperf",
+        description="Why is my training slow? Data wait, iteration time, throughput, GC and a verdict.",
+        epilog="Run `trainperf COMMAND --help` for a command's options and an example.",
+    )
     parser.add_argument("--version", action="version", version=f"trainperf {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="train a small model with a slow, then a fixed, input pipeline")
-    demo.add_argument("--iterations", type=int, default=120, help="iterations per phase (default 120)")
-    demo.add_argument("--frequency", type=int, default=20, help="report every N iterations (default 20)")
-    demo.add_argument("--decode-ms", type=float, default=12.0, help="simulated decode time per batch")
+    def command(name: str, summary: str, example: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=summary, epilog=f"example: {example}",
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    demo = command("demo", "train a small model with a slow, then a fixed, input pipeline", "trainperf demo")
+    demo.add_argument("--iterations", type=_positive_int, default=120, help="iterations per phase (default 120)")
+    demo.add_argument("--frequency", type=_positive_int, default=20, help="report every N iterations (default 20)")
+    demo.add_argument("--decode-ms", type=_positive_float, default=12.0,
+                      help="simulated decode time per batch, in ms (default 12)")
     demo.set_defaults(func=_demo)
 
-    doc = sub.add_parser("doctor", help="check the 13 common causes of slow training")
+    doc = command("doctor", "check the 13 common causes of slow training; exits 1 when a check fails",
+                  "trainperf doctor --model mytrain:make_model --loader mytrain:make_loader")
     doc.add_argument("--json", action="store_true", help='print {"checks": [...]} as JSON')
-    doc.add_argument("--model", help="package.module:make_model, a factory returning the model")
-    doc.add_argument("--loader", help="package.module:make_loader, a factory returning the data loader")
-    doc.add_argument("--steps", type=int, default=5, help="batches to time when a loader is given")
+    doc.add_argument("--model", help="module:function returning the model (the module is looked up from the "
+                                     "current folder too)")
+    doc.add_argument("--loader", help="module:function returning the data loader")
+    doc.add_argument("--steps", type=_positive_int, default=5,
+                     help="batches to time when a loader is given (default 5)")
     doc.set_defaults(func=_doctor)
 
-    bench = sub.add_parser("bench", help="train as given, with prefetch, and from pre-saved data; compare")
-    bench.add_argument("--model", help="package.module:make_model (default: the demo's model)")
-    bench.add_argument("--loader", help="package.module:make_loader (default: the demo's slow pipeline)")
-    bench.add_argument("--epochs", type=int, default=1)
-    bench.add_argument("--iterations", type=int, default=60, help="batches of the demo data")
-    bench.add_argument("--decode-ms", type=float, default=12.0, help="the demo's decode time per batch")
-    bench.add_argument("--json", action="store_true")
+    bench = command("bench", "train as given, with prefetch, and from pre-saved data, and compare the three",
+                    "trainperf bench --model mytrain:make_model --loader mytrain:make_loader --epochs 2")
+    bench.add_argument("--model", help="module:function returning the model (default: the demo's model)")
+    bench.add_argument("--loader", help="module:function returning the loader (default: the demo's slow pipeline)")
+    bench.add_argument("--epochs", type=_positive_int, default=1, help="passes over the data per mode (default 1)")
+    bench.add_argument("--iterations", type=_positive_int, default=60, help="batches of the demo data (default 60)")
+    bench.add_argument("--decode-ms", type=_positive_float, default=12.0,
+                       help="the demo's decode time per batch, in ms (default 12)")
+    bench.add_argument("--json", action="store_true", help="print the results as JSON")
     bench.set_defaults(func=_bench)
 
-    parse = sub.add_parser("parse", help="read listener lines (trainperf, JSON lines, Deeplearning4j) into a table")
-    parse.add_argument("log", help="the log file")
-    parse.add_argument("-o", "--output", help="write the table to this .csv or .jsonl file")
+    parse = command("parse", "read listener lines (trainperf, JSON lines, Deeplearning4j) into a CSV table",
+                    "trainperf parse train.log -o train.csv   (or: cat train.log | trainperf parse -)")
+    parse.add_argument("log", help="the log file, or - for standard input")
+    parse.add_argument("-o", "--output", help="write the table to this .csv or .jsonl file (default: CSV to "
+                                              "standard output)")
     parse.set_defaults(func=_parse)
 
-    plot = sub.add_parser("plot", help="plot a log: iteration time, data wait, throughput, GC and score")
-    plot.add_argument("log", help="the log file")
-    plot.add_argument("-o", "--output", required=True, help="the image to write (.png, .svg, .pdf)")
+    plot = command("plot", "plot a run: where the time went, iteration time, data wait, throughput, GC, score",
+                   "trainperf plot train.log -o train.png   (also a CsvSink's .csv or a .jsonl file)")
+    plot.add_argument("log", help="a log, a JSON lines file, a CSV file written by CsvSink, or - for standard input")
+    plot.add_argument("-o", "--output", required=True, help="the image to write: .png, .svg or .pdf")
     plot.add_argument("--title", help="the figure's title")
-    plot.add_argument("--dpi", type=int, default=110)
+    plot.add_argument("--dpi", type=_positive_int, default=110, help="resolution of a .png (default 110)")
     plot.set_defaults(func=_plot)
     return parser
 

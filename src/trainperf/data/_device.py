@@ -23,7 +23,12 @@ class DevicePrefetcher:
         import torch
 
         self.source = source
-        self.device = torch.device(device)
+        try:
+            self.device = torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"to_device must name a torch device, got {device!r}: {exc}") from exc
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"to_device={device!r} but CUDA is not available on this machine")
 
     def __len__(self) -> int:
         return len(self.source)  # type: ignore[arg-type]

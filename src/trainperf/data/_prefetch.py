@@ -75,6 +75,10 @@ class Prefetcher(Generic[T]):
         self.source = source
         self.depth = depth
         self.to_device = to_device
+        if to_device is not None:
+            from ._device import DevicePrefetcher
+
+            DevicePrefetcher((), to_device)  # checks the device now, not at the first batch
 
     def __len__(self) -> int:
         return len(self.source)  # type: ignore[arg-type]
