@@ -92,7 +92,7 @@ def test_data_wait_of_a_20ms_loader_reads_20ms_and_loggers_get_the_metrics(tmp_p
     assert [r.epoch for r in callback.history][-1] == 1
     with open(logger.log_dir + "/metrics.csv") as f:
         rows = [row for row in csv.DictReader(f) if row.get("trainperf/etl_ms")]
-    assert [int(r["step"]) for r in rows] == [5, 10, 15, 20, 25, 30, 35, 40, 45, 50]
+    assert [int(r["step"]) for r in rows] == [4, 9, 14, 19, 24, 29, 34, 39, 44, 49]  # Lightning's logging step
     assert 17.0 <= statistics.mean(float(r["trainperf/etl_ms"]) for r in rows[1:]) <= 23.0
 
 
@@ -215,3 +215,42 @@ def test_manual_optimization_with_two_optimizers_is_one_iteration_per_batch(tmp_
     assert t.global_step == 24  # Lightning counts optimizer steps
     records = [(r.iteration, r.samples, r.optimizer_steps) for r in callback.history]
     assert records == [(4, 32, 8), (8, 32, 8), (12, 32, 8)]
+
+
+def test_logger_rows_are_shared_with_the_modules_metrics_and_continue_after_resume(tmp_path):
+    class Logged(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 4)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.cross_entropy(self.fc(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def fit(max_steps, ckpt_path=None):
+        logger = pl.loggers.CSVLogger(tmp_path, name="run", version=0)
+        callback = PerformanceCallback(5, sinks=[])
+        t = pl.Trainer(callbacks=[callback], logger=logger, max_steps=max_steps, log_every_n_steps=1,
+                       enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                       accelerator="cpu", devices=1, enable_checkpointing=False)
+        t.fit(Logged(), loader(n=40), ckpt_path=ckpt_path)
+        return t, logger
+
+    t, logger = fit(10)
+    t.save_checkpoint(tmp_path / "ten.ckpt")
+    with open(logger.log_dir + "/metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    ours = [r for r in rows if r.get("trainperf/etl_ms")]
+    assert [int(r["step"]) for r in ours] == [4, 9]
+    assert all(r["epoch"] == "0" for r in ours)
+    module_steps = {int(r["step"]) for r in rows if r.get("train_loss")}
+    assert {4, 9} <= module_steps  # the module's loss of the same batches is logged at the same steps
+    _, logger = fit(20, ckpt_path=tmp_path / "ten.ckpt")
+    with open(logger.log_dir + "/metrics.csv") as f:
+        steps = [int(r["step"]) for r in csv.DictReader(f) if r.get("trainperf/etl_ms")]
+    assert steps == [14, 19]  # after the checkpoint's step 10, not from 0 again

@@ -12,9 +12,12 @@ __all__ = ["LoggerSink"]
 
 
 class LoggerSink:
-    """Sends figures to Lightning loggers (or anything with ``log_metrics(metrics, step)``), keyed by
-    the iteration (the optimizer step), so they land in the TensorBoard, CSV or MLflow loggers a
-    Trainer already has.
+    """Sends figures to Lightning loggers (or anything with ``log_metrics(metrics, step)``), so they
+    land in the TensorBoard, CSV or MLflow loggers a Trainer already has.
+
+    Given a ``Trainer``, the step is the one Lightning logs its own metrics at (and ``epoch`` is
+    added), so the figures share rows with the module's metrics and continue after a resume from a
+    checkpoint; given loggers, the step is the record's iteration.
 
     Args:
         loggers: one logger or several; a ``Trainer`` works too (its ``loggers`` are used).
@@ -38,5 +41,14 @@ class LoggerSink:
 
     def __call__(self, record: PerformanceRecord) -> None:
         metrics = scalar_metrics(record, self.prefix)
+        step = record.iteration
+        trainer = self._source if hasattr(self._source, "loggers") and hasattr(self._source, "global_step") else None
+        if trainer is not None:
+            # Lightning's own step for logged metrics (optimizer-stepped batches, restored on resume)
+            # and its epoch: the figures land in the same rows as the module's own metrics.
+            loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+            stepped = getattr(loop, "_batches_that_stepped", None)
+            step = int(stepped) if isinstance(stepped, int) else int(trainer.global_step)
+            metrics["epoch"] = int(trainer.current_epoch)
         for logger in self.loggers:
-            logger.log_metrics(metrics, step=record.iteration)
+            logger.log_metrics(metrics, step=step)
