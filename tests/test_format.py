@@ -24,12 +24,25 @@ def test_line_follows_deeplearning4j_order_then_extras():
         verdict=Verdict("input-bound", 63.0, "63% of step waiting for data"),
     )
     assert format_line(rec) == (
-        "ETL: 21.3 ms; iteration 10; iteration time: 24.9 ms; samples/sec: 1285.1; batches/sec: 40.2; "
-        "score: 0.72; GC: [gen0: 3 (0.41ms)], [gen1: 0 (0ms)]; iteration p50: 24 ms; p95: 29 ms; max: 31 ms; "
-        "ETL max: 30 ms; epoch: 1; verdict: input-bound (63% of step waiting for data);"
+        "ETL: 21.30 ms; iteration 10; iteration time: 24.90 ms; samples/sec: 1285.1; batches/sec: 40.2; "
+        "score: 0.72; GC: [gen0: 3 (0.41ms)], [gen1: 0 (0.00ms)]; iteration p50: 24.00 ms; p95: 29.00 ms; "
+        "max: 31.00 ms; ETL max: 30.00 ms; epoch: 1; verdict: input-bound (63% of step waiting for data);"
     )
 
 
 def test_line_leaves_out_what_was_not_reported():
     rec = PerformanceRecord(iteration=3, window_iterations=3, window_s=0.1, warmup=True, timestamp=0.0)
     assert format_line(rec) == "iteration 3; warm-up;"
+
+
+def test_figures_have_one_precision_per_kind():
+    """Milliseconds with two decimals, rates with one: no ``0.000862 ms``, no ``70`` beside ``4480.2``."""
+    rec = PerformanceRecord(
+        iteration=20, window_iterations=10, window_s=0.25, warmup=False, timestamp=0.0,
+        etl_ms=0.000862, iteration_ms=14.0, samples_per_sec=4480.2, batches_per_sec=70.0,
+        gc=(GCStat("gen0", 0, 0.0),),
+    )
+    line = format_line(rec)
+    assert "ETL: 0.00 ms" in line and "iteration time: 14.00 ms" in line
+    assert "samples/sec: 4480.2; batches/sec: 70.0;" in line
+    assert "[gen0: 0 (0.00ms)]" in line

@@ -41,7 +41,7 @@ def test_default_sink_prints_without_any_logging_configuration(clock, capsys, mo
     clock.advance(0.01)
     listener.record_iteration(samples=4)
     err = capsys.readouterr().err
-    assert "INFO trainperf - ETL: 0 ms; iteration 1; iteration time: 10 ms; samples/sec: 400" in err
+    assert "INFO trainperf - ETL: 0.00 ms; iteration 1; iteration time: 10.00 ms; samples/sec: 400.0" in err
 
 
 def test_default_sink_goes_through_configured_logging_once(clock, caplog, capsys):

@@ -10,6 +10,19 @@ from ._record import PerformanceRecord
 __all__ = ["format_line"]
 
 
+#: Milliseconds are written with two decimals (10 us), rates with one: the same precision on every
+#: line, so columns of figures line up and nothing reads like ``0.000862 ms``.
+MS_DECIMALS = 2
+RATE_DECIMALS = 1
+
+
+def format_fixed(value: float, decimals: int) -> str:
+    """``value`` with ``decimals`` decimals; non-finite values as :func:`format_number` writes them."""
+    if not math.isfinite(value):
+        return format_number(value)
+    return f"{value:.{decimals}f}"
+
+
 @dataclass(frozen=True)
 class LineField:
     """One ``label value unit;`` field of the line; the parser's patterns are built from the same table.
@@ -26,27 +39,34 @@ class LineField:
     unit: str = ""
     integer: bool = False
     hide_zero: bool = False
+    decimals: int | None = None
 
     def render(self, value: float) -> str:
-        return f"{self.label}{int(value) if self.integer else format_number(value)}{self.unit}"
+        if self.integer:
+            text = str(int(value))
+        elif self.decimals is not None:
+            text = format_fixed(value, self.decimals)
+        else:
+            text = format_number(value)
+        return f"{self.label}{text}{self.unit}"
 
 
 #: Deeplearning4j's fields, in its order; the ``GC:`` field follows them.
 DL4J_FIELDS = (
-    LineField("etl_ms", "ETL: ", " ms"),
+    LineField("etl_ms", "ETL: ", " ms", decimals=MS_DECIMALS),
     LineField("iteration", "iteration ", integer=True),
-    LineField("iteration_ms", "iteration time: ", " ms"),
-    LineField("samples_per_sec", "samples/sec: "),
-    LineField("batches_per_sec", "batches/sec: "),
+    LineField("iteration_ms", "iteration time: ", " ms", decimals=MS_DECIMALS),
+    LineField("samples_per_sec", "samples/sec: ", decimals=RATE_DECIMALS),
+    LineField("batches_per_sec", "batches/sec: ", decimals=RATE_DECIMALS),
     LineField("score", "score: "),
 )
 #: trainperf's own fields after ``GC:``; ``warm-up`` and ``verdict: kind (reason)`` close the line.
 TRAINPERF_FIELDS = (
-    LineField("iteration_p50_ms", "iteration p50: ", " ms"),
-    LineField("iteration_p95_ms", "p95: ", " ms"),
-    LineField("iteration_max_ms", "max: ", " ms"),
-    LineField("etl_max_ms", "ETL max: ", " ms"),
-    LineField("other_ms", "other: ", " ms", hide_zero=True),
+    LineField("iteration_p50_ms", "iteration p50: ", " ms", decimals=MS_DECIMALS),
+    LineField("iteration_p95_ms", "p95: ", " ms", decimals=MS_DECIMALS),
+    LineField("iteration_max_ms", "max: ", " ms", decimals=MS_DECIMALS),
+    LineField("etl_max_ms", "ETL max: ", " ms", decimals=MS_DECIMALS),
+    LineField("other_ms", "other: ", " ms", hide_zero=True, decimals=MS_DECIMALS),
     LineField("skipped_steps", "skipped steps: ", integer=True, hide_zero=True),
     LineField("epoch", "epoch: ", integer=True),
     LineField("rank", "rank: ", integer=True),
@@ -82,7 +102,9 @@ def format_line(record: PerformanceRecord) -> str:
     parts = [f.render(value) for f in DL4J_FIELDS if (value := getattr(record, f.name)) is not None]
     if record.gc:
         stats = ", ".join(
-            f"[{s.name}: {s.count} ({format_number(s.ms)}ms)]" if s.ms is not None else f"[{s.name}: {s.count}]"
+            f"[{s.name}: {s.count} ({format_fixed(s.ms, MS_DECIMALS)}ms)]"
+            if s.ms is not None
+            else f"[{s.name}: {s.count}]"
             for s in record.gc
         )
         parts.append(f"GC: {stats}")
