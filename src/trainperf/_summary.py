@@ -143,7 +143,7 @@ def build_summary(
         for kind, seconds, threshold in (
             ("input-bound", etl_s, thresholds.input_bound),
             ("gc-bound", gc_s, thresholds.gc_bound),
-            ("loop-bound", other_s, thresholds.loop_bound),
+            ("loop-bound", max(0.0, other_s - gc_s), thresholds.loop_bound),  # GC between steps is GC's
         ):
             share = 100.0 * seconds / wall_s
             windows = verdict_counts.get(kind, 0)

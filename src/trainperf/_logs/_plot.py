@@ -47,13 +47,34 @@ def plot(data: Any, *, title: str | None = None) -> Any:
     if len(frame) == 0:
         raise ValueError("data holds no listener records to plot")
     x = frame["iteration"]
+    if "run" not in frame:
+        frame = frame.assign(run=(x.diff() <= 0).cumsum())
     gc_ms_cols = [c for c in frame.columns if c.startswith("gc.") and c.endswith(".ms")]
     panels: list[tuple[str, list[tuple[str, str, dict[str, Any]]]]] = []
 
     def have(name: str) -> bool:
         return name in frame and frame[name].notna().any()
 
+    # iterations per window: recorded, or the step of the iteration count within a run
+    if have("window_iterations"):
+        per_window = frame["window_iterations"].astype(float)
+    else:
+        per_window = frame.groupby("run")["iteration"].diff().fillna(frame["iteration"]).astype(float)
+    if gc_ms_cols:
+        frame = frame.assign(_gc_ms=frame[gc_ms_cols].sum(axis=1, min_count=1) / per_window.where(per_window > 0))
     lines: list[tuple[str, str, dict[str, Any]]]
+    if have("iteration_ms"):
+        total = frame["iteration_ms"].where(frame["iteration_ms"] > 0)
+        parts = {
+            "data wait": frame["etl_ms"].fillna(0.0) if "etl_ms" in frame else 0.0 * total,
+            "GC": frame["_gc_ms"].fillna(0.0) if "_gc_ms" in frame else 0.0 * total,
+            "other host work": frame["other_ms"].fillna(0.0) if "other_ms" in frame else 0.0 * total,
+        }
+        parts["other host work"] = (parts["other host work"] - parts["GC"]).clip(lower=0)  # GC between steps is GC
+        shares = {name: (100.0 * part / total).clip(0, 100) for name, part in parts.items()}
+        shares = {"compute": (100.0 - sum(shares.values())).clip(lower=0), **shares}
+        frame = frame.assign(**{f"_share:{name}": value for name, value in shares.items()})
+        panels.append((_SHARES, []))
     if have("iteration_ms"):
         lines = [("iteration_ms", "mean", {"color": "C0"})]
         if have("iteration_p95_ms"):
@@ -69,19 +90,19 @@ def plot(data: Any, *, title: str | None = None) -> Any:
     elif have("batches_per_sec"):
         panels.append(("batches/sec", [("batches_per_sec", "batches/sec", {"color": "C2"})]))
     if gc_ms_cols:
-        frame = frame.assign(_gc_ms=frame[gc_ms_cols].sum(axis=1, min_count=1))
-        panels.append(("GC pause per window (ms)", [("_gc_ms", "all collectors", {"color": "C4"})]))
+        panels.append(("GC pause per iteration (ms)", [("_gc_ms", "all collectors", {"color": "C4"})]))
     if have("score"):
         panels.append(("score (loss)", [("score", "score", {"color": "C1"})]))
 
-    if "run" not in frame:
-        frame = frame.assign(run=(x.diff() <= 0).cumsum())
     runs = [(key, _thin(part)) for key, part in frame.groupby("run", sort=True)]
     thinned = max(part.attrs.get("windows_per_point", 1) for _, part in runs)
     fig = Figure(figsize=(9, 2.1 * len(panels) + 0.6), layout="constrained")
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     markers = ["", "", "o", "s", "^", "D"]
     for ax, (label, lines) in zip(axes, panels, strict=True):
+        if label == _SHARES:
+            _draw_shares(ax, runs)
+            continue
         for r, (_, part) in enumerate(runs):
             run_style: dict[str, Any] = {"alpha": 1.0 if len(runs) == 1 else 0.9}
             if len(runs) > 1:
@@ -107,8 +128,11 @@ def plot(data: Any, *, title: str | None = None) -> Any:
             if len(warm):
                 for ax in axes:
                     ax.axvspan(0, warm["iteration"].max(), color="grey", alpha=0.12, linewidth=0)
+    shaded = _shade_verdicts(axes, frame) if thinned == 1 else False
+    _mark_epochs(axes, frame)
     axes[-1].set_xlabel("iteration")
-    heading = title or "training performance (grey: warm-up window)"
+    key = "grey: warm-up window" + ("; shading: the window's verdict" if shaded else "")
+    heading = f"{title} ({key})" if title else f"training performance ({key})"
     if thinned > 1:
         heading += f"\neach point: mean of {thinned} report windows, band: their min-max"
     fig.suptitle(heading, fontsize=11)
@@ -135,3 +159,53 @@ def _thin(part: Any) -> Any:
     thinned = thinned.join(low).join(high)
     thinned.attrs["windows_per_point"] = size
     return thinned
+
+
+_SHARES = "where the time went (%)"
+_SHARE_COLORS = {"compute": "#4C72B0", "data wait": "#DD5555", "GC": "#8172B2", "other host work": "#E8A33D"}
+_VERDICT_COLORS = {"input-bound": "#DD5555", "gc-bound": "#8172B2", "loop-bound": "#E8A33D"}
+
+
+def _draw_shares(ax: Any, runs: list[tuple[Any, Any]]) -> None:
+    """Each window's time split as stacked shares that add up to 100%."""
+    for r, (_, part) in enumerate(runs):
+        names = [name for name in _SHARE_COLORS if f"_share:{name}" in part]
+        ax.stackplot(part["iteration"], *[part[f"_share:{name}"].fillna(0.0) for name in names],
+                     labels=names if r == 0 else (), colors=[_SHARE_COLORS[n] for n in names], alpha=0.85,
+                     step="pre")
+    ax.set_ylabel(_SHARES, fontsize=9)
+    ax.set_ylim(0, 100)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right", fontsize=7, framealpha=0.8, ncol=4)
+
+
+def _shade_verdicts(axes: Any, frame: Any) -> bool:
+    """Shade each window judged input-, GC- or loop-bound in its verdict's colour; True if any was."""
+    if "verdict" not in frame:
+        return False
+    shaded = False
+    for _, part in frame.groupby("run", sort=True):
+        previous = 0.0
+        for iteration, verdict in zip(part["iteration"], part["verdict"], strict=True):
+            color = _VERDICT_COLORS.get(verdict) if isinstance(verdict, str) else None
+            if color is not None:
+                for ax in axes[1:] if len(axes) > 1 else axes:
+                    ax.axvspan(previous, iteration, color=color, alpha=0.12, linewidth=0)
+                shaded = True
+            previous = float(iteration)
+    return shaded
+
+
+def _mark_epochs(axes: Any, frame: Any) -> None:
+    """A dashed line where a new epoch starts, labelled on the top panel."""
+    if "epoch" not in frame or not frame["epoch"].notna().any():
+        return
+    epochs = frame["epoch"]
+    changed = epochs.ne(epochs.shift()) & epochs.shift().notna()
+    # a new epoch starts where the previous window ended
+    starts = frame.assign(iteration=frame["iteration"].shift()).loc[changed, ["iteration", "epoch"]]
+    for iteration, epoch in zip(starts["iteration"], starts["epoch"], strict=True):
+        for ax in axes:
+            ax.axvline(iteration, color="black", linestyle="--", linewidth=0.8, alpha=0.5)
+        axes[0].annotate(f"epoch {int(epoch)}", (iteration, 1.0), xycoords=("data", "axes fraction"),
+                         fontsize=7, ha="left", va="bottom")
