@@ -15,7 +15,7 @@ from ._lines import COLUMNS, INTEGER_COLUMNS, TextRows, scan_lines, split_json_l
 __all__ = ["ParsedLog", "parse_log"]
 
 #: A listener line cut in the middle: it has the ``ETL:`` field but does not end with ``;``.
-_CUT = re.compile(rb"ETL: [^\n]*[^;\s\n][ \t\r]*$", re.MULTILINE)
+_CUT = re.compile(rb"ETL: [^\n]*+(?<![;\s])(?:\n|\Z)")  # possessive: one pass per line, no backtracking
 
 #: Logs at least this long are read in bulk when pandas is installed (see ``_parse_bulk``).
 BULK_MIN_BYTES = 1 << 20
