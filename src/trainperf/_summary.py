@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ._verdict import DEFAULT_THRESHOLDS, Thresholds
+from ._verdict import DEFAULT_THRESHOLDS, Thresholds, loop_work_s
 
 __all__ = ["RunSummary", "build_summary"]
 
@@ -143,7 +143,7 @@ def build_summary(
         for kind, seconds, threshold in (
             ("input-bound", etl_s, thresholds.input_bound),
             ("gc-bound", gc_s, thresholds.gc_bound),
-            ("loop-bound", max(0.0, other_s - gc_s), thresholds.loop_bound),  # GC between steps is GC's
+            ("loop-bound", loop_work_s(other_s, gc_s), thresholds.loop_bound),
         ):
             share = 100.0 * seconds / wall_s
             windows = verdict_counts.get(kind, 0)

@@ -18,6 +18,12 @@ GC_BOUND_SHARE = 10.0
 #: loop-bound: evaluation, logging or metric syncs between steps take as long as a slow loader would.
 LOOP_BOUND_SHARE = 20.0
 
+def loop_work_s(other_s: float, gc_s: float) -> float:
+    """The loop's own host work: its other time less GC pauses, which may fall between steps (an
+    explicit ``gc.collect()`` after the step, say) and then belong to the GC's share."""
+    return max(0.0, other_s - gc_s)
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """Shares of a window's wall time, in percent, from which it is input-, GC- or loop-bound."""
@@ -41,9 +47,7 @@ def judge(
         return Verdict("fine", 0.0, "no time elapsed")
     etl_share = min(100.0, 100.0 * etl_s / window_s)
     gc_share = min(100.0, 100.0 * gc_s / window_s)
-    # GC pauses between steps (an explicit gc.collect() after the step, say) sit in the other host
-    # time too: they are the GC's share, not the loop's.
-    other_share = min(100.0, 100.0 * max(0.0, other_s - gc_s) / window_s)
+    other_share = min(100.0, 100.0 * loop_work_s(other_s, gc_s) / window_s)
     bound = [
         (share, kind, reason)
         for share, threshold, kind, reason in (

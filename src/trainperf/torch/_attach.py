@@ -68,7 +68,7 @@ class Attachment:
         self.model = model
         self.listener = listener
         self._timer_factory = timer_factory
-        self._clock = self.clock = listener.clock  # loader timing reads it too
+        self.clock = listener.clock  # the listener's; loader timing reads it too
         self._record = listener.record_iteration
         self._started = False
         self._taps_work = False  # a compiled model's forward is not seen: steps alone make iterations
@@ -104,7 +104,7 @@ class Attachment:
         if not is_grad_enabled():
             return None
         if self._first_forward is None:  # the iteration's first forward
-            self._first_forward = now = self._clock()
+            self._first_forward = now = self.clock()
             if not self._taps_work:
                 self._taps_work = True
                 if not self._started:
@@ -150,9 +150,6 @@ class Attachment:
         n = shape[0] if shape else batch_size(batch)
         self._loader_samples = None if n is None or self._loader_samples is None else self._loader_samples + n
 
-    def wants_fetch(self) -> bool:
-        return is_grad_enabled() and threading.get_ident() == self.thread
-
     def _on_nested_step_start(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._step_depth += 1
 
@@ -180,7 +177,7 @@ class Attachment:
     def _close(self, skipped: int) -> None:
         if not self._started:
             self._begin()
-        now = self._clock()
+        now = self.clock()
         activity = self._activity
         fetched = self._fetched
         if fetched:
@@ -216,7 +213,7 @@ class Attachment:
             self.listener.set_rank(rank)
         self.listener.set_etl_source("loader")
         self.listener.start()
-        self._boundary = self._clock() if at is None else at
+        self._boundary = self.clock() if at is None else at
 
     def _owns(self, optimizer: torch.optim.Optimizer) -> bool:
         key = id(optimizer)

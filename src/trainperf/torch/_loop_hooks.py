@@ -36,8 +36,6 @@ class LoopObserver(Protocol):
 
     def on_scaler_update(self) -> None: ...
 
-    def wants_fetch(self) -> bool: ...
-
     clock: Callable[[], float]
     thread: int  # the training thread: fetches on other threads are not data wait
 
@@ -82,13 +80,14 @@ def _live() -> list[LoopObserver]:
 def _listening() -> list[LoopObserver]:
     if _suppressed:
         return []
-    return [o for o in _live() if o.wants_fetch()]
+    # a fetch counts on the observer's training thread with autograd on (not a validation loader)
+    return [o for o in _live() if is_grad_enabled() and get_ident() == o.thread]
 
 
 def _timed_next(self: Any) -> Any:
     if len(_observers) == 1 and not _suppressed:  # the common case, kept short: one listened model
         observer = _observers[0]()
-        if observer is None or not (is_grad_enabled() and get_ident() == observer.thread):
+        if observer is None or not (is_grad_enabled() and get_ident() == observer.thread):  # as _listening
             return _next(self)
         clock = observer.clock
         started = clock()
