@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
+import operator
 import os
 import socket
 import sys
+import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,7 +21,7 @@ from ._record import GCStat, PerformanceRecord, Verdict
 from ._summary import RunSummary, build_summary
 from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds, judge
 from ._window import WindowEntry, WindowFigures, window_figures
-from .sinks._base import FanOut, Sink
+from .sinks._base import FanOut, Sink, SinkError
 from .sinks._logging import LoggingSink
 from .sinks._memory import MemorySink
 
@@ -98,6 +102,67 @@ def _env_rank() -> int | None:
         return int(raw)
     except ValueError:
         return None
+
+
+_INF = math.inf
+_get_ident = threading.get_ident
+#: ``_owner`` once a second thread has used the listener: every call then takes the lock.
+_SHARED = -1
+#: ``_owner`` once the listener is closed: every call takes the slow path, which refuses it.
+_CLOSED = -2
+
+
+def _nothing() -> None:
+    return None
+
+
+def _is_int(value: object) -> bool:
+    if isinstance(value, (bool, float)):
+        return False
+    try:
+        operator.index(value)  # type: ignore[call-overload]
+    except TypeError:
+        return False
+    return True
+
+
+def _bad_iteration(
+    samples: object, batches: object, etl: object, started: object, other: object, steps: object, skipped: object
+) -> Exception | None:
+    """The error for :meth:`PerformanceListener.record_iteration` arguments of the wrong type or
+    value, naming the first bad one and the value it got; ``None`` when all are good."""
+    counts = {"samples": samples, "batches": batches, "steps": steps, "skipped": skipped}
+    for name, value in counts.items():
+        if value is None and name == "samples":
+            continue
+        if not _is_int(value):
+            kind = "a non-negative int or None" if name == "samples" else "a non-negative int"
+            return TypeError(f"{name} must be {kind}, got {value!r}")
+        if value < 0:  # type: ignore[operator]
+            return ValueError(f"{name} must not be negative, got {value!r}")
+    if skipped > steps:  # type: ignore[operator]
+        return ValueError(f"skipped must be at most steps ({steps!r}), got {skipped!r}")
+    for name, value in {"etl": etl, "other": other, "started": started}.items():
+        if value is None and name == "started":
+            continue
+        if isinstance(value, (bool, str, bytes)):
+            return TypeError(f"{name} must be a number of seconds, got {value!r}")
+        if not isinstance(value, (int, float)):
+            try:
+                value = float(value)  # type: ignore[arg-type]  # numpy and 0-d tensor scalars
+            except (TypeError, ValueError):
+                return TypeError(f"{name} must be a number of seconds, got {value!r}")
+        if not math.isfinite(value) or (name != "started" and value < 0):
+            what = "a finite number" if name == "started" else "a finite, non-negative number of seconds"
+            return ValueError(f"{name} must be {what}, got {value!r}")
+    return None
+
+
+def _iteration_error(
+    samples: object, batches: object, etl: object, started: object, other: object, steps: object, skipped: object
+) -> Exception:
+    error = _bad_iteration(samples, batches, etl, started, other, steps, skipped)
+    return error or ValueError(f"record_iteration cannot record etl={etl!r} with other={other!r}")
 
 
 class PerformanceListener:
@@ -195,11 +260,17 @@ class PerformanceListener:
         self._gc = GCMonitor(clock) if report_gc else None
         if self._gc is not None:
             self._gc.install()
+        # A listener dropped without close() leaves no gc.callbacks entry behind.
+        self._gc_finalizer = weakref.finalize(self, self._gc.uninstall if self._gc is not None else _nothing)
         self._gc_prev = self._gc.snapshot() if self._gc is not None else ((), ())
         self._collectors: list[tuple[str, Collector, tuple[int, float | None]]] = []
         self._advisors: list[Advisor] = []
         self._on_close: list[Callable[[], None]] = []
 
+        self._owner: int | None = None  # the thread that records; None until the first call
+        self._overhead_s = 0.0
+        self._shared = False
+        self._lock = threading.RLock()
         self._timer: IterationTimer | None = None
         self._warned_verdicts: set[str] = set()
         self._closed = False
@@ -331,7 +402,25 @@ class PerformanceListener:
 
         Returns:
             The record when this iteration closed a window, else ``None``.
+
+        Raises:
+            ValueError, TypeError: an argument is not a count or a duration it can be (negative,
+                NaN, infinite, a skipped count above ``steps``, not a number); nothing is recorded.
+            RuntimeError: the listener is closed.
         """
+        if _get_ident() != self._owner:
+            return self._record_from_other_thread(samples, batches, etl, score, started, other, steps, skipped)
+        try:  # one chained test of every value: cheap, and NaN or infinity fails it too
+            if not (
+                0.0 <= etl <= etl + other < _INF
+                and 0 <= skipped <= steps
+                and batches >= 0
+                and (samples is None or samples >= 0)
+                and (started is None or started - started == 0.0)
+            ):
+                raise _iteration_error(samples, batches, etl, started, other, steps, skipped)
+        except TypeError:
+            raise _iteration_error(samples, batches, etl, started, other, steps, skipped) from None
         if self._explicit_etl:
             etl = self._pending_etl
             started = None
@@ -347,6 +436,54 @@ class PerformanceListener:
             self._window.append((self._clock(), etl, started, samples, batches, other, steps, skipped))
             return None
         return self._report((self._clock(), etl, started, samples, batches, other, steps, skipped))
+
+    def _record_from_other_thread(
+        self,
+        samples: int | None,
+        batches: int,
+        etl: float,
+        score: Any,
+        started: float | None,
+        other: float,
+        steps: int,
+        skipped: int,
+    ) -> PerformanceRecord | None:
+        """The first call (types are checked once, here), a call after :meth:`close`, and every
+        call once a second thread has used the listener: those take the lock."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this PerformanceListener is closed: it records no more iterations")
+            if self._owner is None:
+                error = _bad_iteration(samples, batches, etl, started, other, steps, skipped)
+                if error is not None:
+                    raise error
+                self._owner = _get_ident()
+                return self.record_iteration(samples, batches, etl, score, started, other, steps, skipped)
+            self._share()
+            self._owner = _get_ident()  # the lock's holder takes the plain path for this one call
+            try:
+                return self.record_iteration(samples, batches, etl, score, started, other, steps, skipped)
+            finally:
+                if not self._closed:
+                    self._owner = _SHARED
+
+    def _share(self) -> None:
+        """A second thread uses the listener: from now on every call takes the lock. Said once.
+        Called with the lock held."""
+        if self._shared:
+            return
+        self._shared = True
+        self._owner = _SHARED
+        # The first thread may be inside a call that does not report (a few bytecodes, no I/O; a
+        # report takes the lock): give it the interpreter to finish that call before this one starts.
+        time.sleep(0.001)
+        warnings.warn(
+            "trainperf: this PerformanceListener is used from more than one thread; from now on each "
+            "record_iteration takes a lock. Iterations of all threads count in the same windows, in "
+            "the order they end.",
+            RuntimeWarning,
+            stacklevel=_user_stacklevel(),
+        )
 
     def exclude(self, seconds: float) -> None:
         """Leave ``seconds`` that just passed (validation, checkpointing) out of the current window."""
@@ -366,7 +503,16 @@ class PerformanceListener:
         self._next_report = self._count + self.frequency
         self._warmup = first
 
-    def _report(self, last: WindowEntry) -> PerformanceRecord:
+    def _report(self, last: WindowEntry) -> PerformanceRecord | None:
+        with self._lock:  # another thread's first call waits for a report to end
+            if self._count < self._next_report or last[0] < self._window_start:
+                # This call passed the unlocked check just before a second thread took over and
+                # reported the window it would have closed: it joins the next window instead.
+                self._window.append((max(last[0], self._window_start), *last[1:]))  # type: ignore[arg-type]
+                return None
+            return self._report_locked(last)
+
+    def _report_locked(self, last: WindowEntry) -> PerformanceRecord:
         timer = self._timer
         if timer is not None:
             timer.synchronize()
@@ -378,13 +524,6 @@ class PerformanceListener:
         window_s = figures.window_s
         etl_s = figures.etl_s
         samples = figures.samples
-        if samples is None and not self._samples_warned and self.report_sample:
-            self._samples_warned = True
-            warnings.warn(
-                "trainperf could not find the batch size; samples/sec is left out for this run",
-                RuntimeWarning,
-                stacklevel=3,
-            )
         gc_stats, gc_s = self._collect_gc()
         verdict = judge(window_s, etl_s, gc_s, figures.other_s, self.thresholds) if self.verdict else None
         record = PerformanceRecord(
@@ -418,11 +557,24 @@ class PerformanceListener:
             skipped_steps=figures.skipped,
             etl_source=self._etl_source(figures),
             gc_total_ms=1000.0 * gc_s if self._gc is not None else None,
+            overhead_ms=1000.0 * self._overhead_s,
         )
         self._accumulate(record, figures, gc_s)
-        self._reset_window(now, first=False)
-        self.history(record)
-        self._fanout(record)
+        try:
+            self.history(record)
+            self._fanout(record)  # every sink gets the record before a SinkError can leave
+        finally:
+            # The report's own time (building the record, the sinks) belongs to no window of the
+            # user's: the next one starts now, and its record says what this report cost.
+            self._reset_window(self._clock(), first=False)
+            self._overhead_s = self._window_start - now
+        if samples is None and not self._samples_warned and self.report_sample:
+            self._samples_warned = True
+            warnings.warn(
+                "trainperf could not find the batch size; samples/sec is left out for this run",
+                RuntimeWarning,
+                stacklevel=_user_stacklevel(),
+            )
         if verdict is not None and verdict.kind != "fine" and not record.warmup:
             self._warn_verdict(verdict)
         return record
@@ -513,24 +665,59 @@ class PerformanceListener:
 
     # ------------------------------------------------------------------ teardown
     def flush(self) -> PerformanceRecord | None:
-        """Report the iterations since the last report now, if there are any (end of training)."""
-        if self._window and not self._closed:
-            return self._report(self._window.pop())
+        """Report the iterations since the last report now, if there are any (end of training).
+        On a closed listener there are none: it returns ``None``."""
+        with self._lock:
+            self._claim()
+            if self._window and not self._closed:
+                return self._report_locked(self._window.pop())
         return None
 
     def close(self) -> None:
         """Report what is left of the last window (see :meth:`flush`), remove hooks and the
-        ``gc.callbacks`` entry, and close the sinks. Idempotent."""
-        if self._closed:
-            return
-        self.flush()
-        self._closed = True
-        if self._gc is not None:
-            self._gc.uninstall()
-        callbacks, self._on_close = self._on_close, []
-        for callback in callbacks:
-            callback()
-        self._fanout.close()
+        ``gc.callbacks`` entry, and close the sinks. Idempotent.
+
+        Every step runs even when an earlier one fails: a hook-removal callback or a sink that
+        raises is reported as a :class:`~trainperf.SinkError` warning once everything is closed.
+        A closed listener records no more iterations (:meth:`record_iteration` raises
+        ``RuntimeError``); :meth:`flush` returns ``None``.
+        """
+        with self._lock:
+            self._claim()
+            if self._closed:
+                return
+            failures: list[str] = []
+            try:
+                self._flush_unlocked()
+            except Exception as exc:  # noqa: BLE001 - closing goes on; said below
+                failures.append(f"reporting the last window failed: {exc!r}")
+            self._closed = True
+            self._owner = _CLOSED
+            self._gc_finalizer.detach()
+            if self._gc is not None:
+                self._gc.uninstall()
+            callbacks, self._on_close = self._on_close, []
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception as exc:  # noqa: BLE001
+                    failures.append(f"close callback {callback!r} raised {exc!r}")
+            try:
+                self._fanout.close()
+            finally:
+                for failure in failures:
+                    warnings.warn(f"trainperf: while closing, {failure}", SinkError, stacklevel=2)
+
+    def _flush_unlocked(self) -> None:
+        if self._window and not self._closed:
+            self._report_locked(self._window.pop())
+
+    def _claim(self) -> None:
+        """Called, with the lock held, by the methods that change the window from outside the hot
+        path: another thread than the recording one makes the listener shared (see :meth:`_share`)."""
+        owner = self._owner
+        if owner is not None and owner >= 0 and owner != _get_ident():
+            self._share()
 
     @property
     def clock(self) -> Callable[[], float]:

@@ -90,6 +90,7 @@ class PerformanceRecord:
     optimizer_steps: int = 0
     skipped_steps: int = 0
     etl_source: str | None = None
+    overhead_ms: float | None = field(default=None, metadata=_METRIC)
     verdict: Verdict | None = None
     extra: dict[str, float] = field(default_factory=dict)
 

@@ -34,26 +34,29 @@ class FanOut:
         self._warned: set[int] = set()
 
     def __call__(self, record: PerformanceRecord) -> None:
-        first_error: BaseException | None = None
+        failures: list[tuple[Sink, BaseException, str]] = []
         for sink in self.sinks:
             try:
                 sink(record)
             except Exception as exc:  # noqa: BLE001 - a sink must never stop training
-                if first_error is None:
-                    first_error = exc
-                if id(sink) not in self._warned:
-                    self._warned.add(id(sink))
-                    warnings.warn(
-                        f"trainperf sink {sink!r} raised and was skipped for this record "
-                        f"(further failures of this sink are silent):\n{traceback.format_exc()}",
-                        SinkError,
-                        stacklevel=2,
-                    )
-        if first_error is not None and self.strict:
-            raise first_error
+                failures.append((sink, exc, traceback.format_exc()))
+        # Said once every sink has had the record: under ``-W error`` the warning raises, and
+        # the healthy sinks behind a failing one must not lose the record to it.
+        for sink, _, trace in failures:
+            if id(sink) not in self._warned:
+                self._warned.add(id(sink))
+                warnings.warn(
+                    f"trainperf sink {sink!r} raised and was skipped for this record "
+                    f"(further failures of this sink are silent):\n{trace}",
+                    SinkError,
+                    stacklevel=2,
+                )
+        if failures and self.strict:
+            raise failures[0][1]
 
     def close(self) -> None:
-        first_error: BaseException | None = None
+        """Close every sink that has a ``close()``, all of them even when one fails."""
+        failures: list[tuple[Sink, BaseException]] = []
         for sink in self.sinks:
             close = getattr(sink, "close", None)
             if close is None:
@@ -61,7 +64,8 @@ class FanOut:
             try:
                 close()
             except Exception as exc:  # noqa: BLE001
-                first_error = first_error or exc
-                warnings.warn(f"trainperf sink {sink!r} failed to close: {exc!r}", SinkError, stacklevel=2)
-        if first_error is not None and self.strict:
-            raise first_error
+                failures.append((sink, exc))
+        for sink, exc in failures:
+            warnings.warn(f"trainperf sink {sink!r} failed to close: {exc!r}", SinkError, stacklevel=2)
+        if failures and self.strict:
+            raise failures[0][1]

@@ -39,17 +39,23 @@ def _ensure_visible(logger: logging.Logger) -> None:
 class LoggingSink:
     """Writes each record as one Deeplearning4j-style line through :mod:`logging`.
 
+    The ``"trainperf"`` logger gets a fallback handler that prints to stderr while the application
+    has configured no logging at all; any other logger is used as it is, with its own handlers.
+
     Args:
         logger: a logger or its name (default ``"trainperf"``).
         level: the level of the lines (default ``INFO``).
     """
 
     def __init__(self, logger: logging.Logger | str = LOGGER_NAME, level: int = logging.INFO) -> None:
+        if not isinstance(logger, (str, logging.Logger)):
+            raise TypeError(f"logger must be a logging.Logger or a logger name, got {logger!r}")
         self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
-        if not isinstance(level, int):
+        if isinstance(level, bool) or not isinstance(level, int):
             raise TypeError(f"level must be a logging level int, got {level!r}")
         self.level = level
-        _ensure_visible(self.logger)
+        if self.logger.name == LOGGER_NAME:  # ours; a logger of the user's is left as they set it up
+            _ensure_visible(self.logger)
 
     def __call__(self, record: PerformanceRecord) -> None:
         if self.logger.isEnabledFor(self.level):
