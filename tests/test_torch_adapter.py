@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -135,16 +136,22 @@ def test_attach_rejects_bad_arguments():
         attach(Net(), object())  # type: ignore[arg-type]
 
 
+def live_step_hooks() -> int:
+    """torch's global step hooks, less those of attachments already dropped (they do nothing)."""
+    gc.collect()
+    return sum(not getattr(h, "dead", False) for h in optim_module._global_optimizer_post_hooks.values())
+
+
 def test_close_removes_every_hook():
     model = Net()
-    step_hooks = len(optim_module._global_optimizer_post_hooks)
+    step_hooks = live_step_hooks()
     lst = listener(1, report_gc=True)
     model.set_listeners(lst)
     assert "forward" in model.__dict__
-    assert len(optim_module._global_optimizer_post_hooks) == step_hooks + 1
+    assert live_step_hooks() == step_hooks + 1
     lst.close()
     assert "forward" not in model.__dict__, "the model's own forward is back"
-    assert len(optim_module._global_optimizer_post_hooks) == step_hooks
+    assert live_step_hooks() == step_hooks
     assert model.listeners == []
 
 
@@ -327,3 +334,49 @@ def test_map_tensors_walks_nested_batches_and_keeps_named_tuples():
     assert doubled["a"].x.tolist() == [2.0, 2.0] and doubled["a"].y[0].tolist() == [1.0]
     assert doubled["a"].y[1:] == ["label", 3] and doubled["b"][0].tolist() == [2.0]
     assert batch["a"].x.tolist() == [1.0, 1.0]  # the input is left as it was
+
+
+# -- leaks -----------------------------------------------------------------------------------------
+def test_attach_step_close_cycles_leave_nothing_on_the_optimizer():
+    """One optimizer outlives many attachments: none of them leaves a weak reference or finalizer on it."""
+    import weakref
+
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(4, 2)).sum().backward()
+    opt.step()
+    refs = weakref.getweakrefcount(opt)  # torch's own
+    finalizers = len(weakref.finalize._registry)  # type: ignore[attr-defined]
+    for _ in range(200):
+        listener = PerformanceListener(10, sinks=[])
+        attach(model, listener)
+        model(torch.ones(4, 2)).sum().backward()
+        opt.step()
+        listener.close()
+    assert weakref.getweakrefcount(opt) <= refs
+    assert len(weakref.finalize._registry) <= finalizers  # type: ignore[attr-defined]
+
+
+def test_a_model_and_listener_dropped_without_close_are_freed_with_their_global_hook():
+    import weakref
+
+    from torch.optim.optimizer import _global_optimizer_post_hooks
+
+    hooks_before = live_step_hooks()
+    model = torch.nn.Linear(2, 1)
+    listener = PerformanceListener(10, sinks=[])
+    attachment = attach(model, listener)
+    dead = weakref.ref(attachment), weakref.ref(listener)
+    del model, listener, attachment
+    gc.collect()
+    assert [ref() for ref in dead] == [None, None]
+    other = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(other.parameters(), lr=0.1)
+    other(torch.ones(1, 2)).sum().backward()
+    opt.step()  # the orphaned hook does nothing
+    second = PerformanceListener(10, sinks=[])
+    attach(other, second)  # and is removed at the next attach
+    assert not any(getattr(h, "dead", False) for h in _global_optimizer_post_hooks.values())
+    assert live_step_hooks() == hooks_before + 1
+    second.close()
+    assert live_step_hooks() == hooks_before

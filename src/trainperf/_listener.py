@@ -120,7 +120,7 @@ def _is_int(value: object) -> bool:
     if isinstance(value, (bool, float)):
         return False
     try:
-        operator.index(value)  # type: ignore[call-overload]
+        operator.index(value)  # type: ignore[arg-type]
     except TypeError:
         return False
     return True
@@ -508,7 +508,7 @@ class PerformanceListener:
             if self._count < self._next_report or last[0] < self._window_start:
                 # This call passed the unlocked check just before a second thread took over and
                 # reported the window it would have closed: it joins the next window instead.
-                self._window.append((max(last[0], self._window_start), *last[1:]))  # type: ignore[arg-type]
+                self._window.append((max(last[0], self._window_start), *last[1:]))
                 return None
             return self._report_locked(last)
 

@@ -65,7 +65,7 @@ class FanOut:
                 close()
             except Exception as exc:  # noqa: BLE001
                 failures.append((sink, exc))
-        for sink, exc in failures:
-            warnings.warn(f"trainperf sink {sink!r} failed to close: {exc!r}", SinkError, stacklevel=2)
+        for failed, error in failures:
+            warnings.warn(f"trainperf sink {failed!r} failed to close: {error!r}", SinkError, stacklevel=2)
         if failures and self.strict:
             raise failures[0][1]

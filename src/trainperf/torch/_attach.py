@@ -77,10 +77,11 @@ class Attachment:
         self._step_depth = 0
         self._hooks: list[Any] = []  # handles of per-optimizer hooks
         self._reset_iteration()
-        self._owned: dict[int, bool] = {}
+        # Which optimizers train this model, weakly keyed: an optimizer outlives many attachments.
+        self._owned: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
         self._last_owned: torch.optim.Optimizer | None = None  # the one optimizer checked by identity
         tap_of(model).callbacks.append(self._on_forward)
-        self._step_handle = register_optimizer_step_post_hook(self._on_step)
+        self._step_handle = _register_step_hook(self)
         loop_hooks.register(self)
         self._detached = False
         listener.on_close(self.detach)
@@ -216,13 +217,11 @@ class Attachment:
         self._boundary = self.clock() if at is None else at
 
     def _owns(self, optimizer: torch.optim.Optimizer) -> bool:
-        key = id(optimizer)
-        owned = self._owned.get(key)
+        owned = self._owned.get(optimizer)
         if owned is None:
             ours = {id(p) for p in self.model.parameters()}
             owned = any(id(p) in ours for group in optimizer.param_groups for p in group["params"])
-            self._owned[key] = owned
-            weakref.finalize(optimizer, self._owned.pop, key, None)
+            self._owned[optimizer] = owned
             levels = _hooked_step_levels(optimizer) if owned else 1
             if levels > 1:  # seen first in the innermost post-hook: the outer ones of this step follow
                 self._step_depth = levels
@@ -248,6 +247,7 @@ class Attachment:
         self._hooks = []
         loop_hooks.unregister(self)
         self._last_owned = None
+        self._owned.clear()
         attachments = attachments_of(self.model)
         if self in attachments:
             attachments.remove(self)
@@ -255,6 +255,39 @@ class Attachment:
     @property
     def detached(self) -> bool:
         return self._detached
+
+
+class _WeakStepHook:
+    """torch's global step hook for one attachment, holding it weakly: a model and listener dropped
+    without ``close()`` are not kept alive by torch's hook table. The hook of a dropped attachment
+    does nothing and is removed at the next :func:`attach` (not while torch runs the hooks)."""
+
+    def __init__(self, attachment: Attachment) -> None:
+        self._ref = weakref.ref(attachment)
+        self.handle: Any = None
+
+    def __call__(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        target = self._ref()
+        if target is not None:
+            target._on_step(optimizer, args, kwargs)
+
+    @property
+    def dead(self) -> bool:
+        return self._ref() is None
+
+
+_step_hooks: list[_WeakStepHook] = []
+
+
+def _register_step_hook(attachment: Attachment) -> Any:
+    """Register ``attachment``'s step hook, removing those of attachments dropped since."""
+    for hook in [h for h in _step_hooks if h.dead]:
+        hook.handle.remove()
+        _step_hooks.remove(hook)
+    hook = _WeakStepHook(attachment)
+    hook.handle = register_optimizer_step_post_hook(hook)
+    _step_hooks.append(hook)
+    return hook.handle
 
 
 def _hooked_step_levels(optimizer: torch.optim.Optimizer) -> int:
