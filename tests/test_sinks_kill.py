@@ -1,0 +1,117 @@
+"""Each file sink killed (SIGKILL) at random points while writing: the file reads back to its last
+complete record, and nothing after a cut line is lost when the file is appended to again."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from trainperf import parse_log
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from trainperf import PerformanceListener
+    kind, path, append = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    if kind == "jsonl":
+        from trainperf.sinks import JsonLinesSink
+        sink = JsonLinesSink(path, append=append)
+    elif kind == "csv":
+        from trainperf.sinks import CsvSink
+        sink = CsvSink(path)
+    else:
+        from trainperf.sinks import TensorBoardSink
+        sink = TensorBoardSink(path)
+    listener = PerformanceListener(1, sinks=[sink], report_gc=True, report_score=True)
+    print("ready", flush=True)
+    i = 0
+    while True:
+        i += 1
+        listener.record_iteration(32, etl=0.001, score=1.0 / i)
+    """
+)
+
+
+def kill_mid_write(kind: str, path: Path, rng: random.Random, *, append: bool = False) -> None:
+    """Start a process that writes records as fast as it can and SIGKILL it at a random moment."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, kind, str(path), "1" if append else "0"],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"ready"
+    time.sleep(rng.uniform(0.02, 0.4))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+
+TRIALS = 6
+
+
+@pytest.mark.parametrize("trial", range(TRIALS))
+def test_json_lines_killed_mid_write_read_back_to_the_last_complete_record(tmp_path, trial):
+    rng = random.Random(trial)
+    path = tmp_path / "run.jsonl"
+    kill_mid_write("jsonl", path, rng)
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]  # tail: b"" when the last write was whole
+    records = [json.loads(line) for line in complete]  # every complete line is strict JSON
+    assert [r["iteration"] for r in records] == list(range(1, len(records) + 1))
+    log = parse_log(path)
+    assert log.column("iteration") == [float(r["iteration"]) for r in records]
+    assert log.truncated == (1 if tail else 0)
+
+    # The next run appends after the cut line: its records start on a line of their own.
+    kill_mid_write("jsonl", path, rng, append=True)
+    again = parse_log(path)
+    iterations = again.column("iteration")
+    assert iterations[: len(records)] == [float(r["iteration"]) for r in records]
+    second = iterations[len(records) :]
+    assert second and second == [float(i) for i in range(1, len(second) + 1)]
+
+
+@pytest.mark.parametrize("trial", range(TRIALS))
+def test_csv_killed_mid_write_reads_back_to_the_last_complete_row(tmp_path, trial):
+    rng = random.Random(100 + trial)
+    path = tmp_path / "run.csv"
+    kill_mid_write("csv", path, rng)
+    text = path.read_text(encoding="utf-8")
+    complete = text if text.endswith("\n") else text[: text.rfind("\n") + 1]
+    rows = list(csv.DictReader(complete.splitlines()))
+    header = next(csv.reader(complete.splitlines()))
+    assert header[:3] == ["timestamp", "host", "pid"]
+    assert all(None not in row and len(row) == len(header) for row in rows)
+    assert [int(r["iteration"]) for r in rows] == list(range(1, len(rows) + 1))
+    assert all(float(r["score"]) == pytest.approx(1.0 / int(r["iteration"])) for r in rows)
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_tensorboard_killed_mid_write_reads_back_to_the_last_complete_event(tmp_path, trial):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rng = random.Random(200 + trial)
+    kill_mid_write("tensorboard", tmp_path, rng)
+    accumulator = EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    scores = accumulator.Scalars("trainperf/score")
+    assert scores, "no complete event was read back"
+    steps = [s.step for s in scores]
+    assert steps == list(range(1, len(steps) + 1))
+    assert all(s.value == pytest.approx(1.0 / s.step) for s in scores)
