@@ -93,12 +93,12 @@ def test_bad_numbers_and_paths_are_named(tmp_path, capsys):
 
 
 def test_console_script_finds_factories_in_the_current_folder(tmp_path, monkeypatch):
-    (tmp_path / "mytrain_cwd.py").write_text("def make_model():\n    return 42\n")
+    (tmp_path / "mytrain_cwd.py").write_text("import torch\ndef make_model():\n    return torch.nn.Linear(1, 1)\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
     from trainperf._cli._main import _factory
 
-    assert _factory("mytrain_cwd:make_model", "model") == 42
+    assert _factory("mytrain_cwd:make_model", "model").out_features == 1
 
 
 def test_files_written_whole_get_the_umask_permissions(tmp_path):

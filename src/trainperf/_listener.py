@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import operator
 import os
 import socket
 import sys
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._advice import DEFAULT_FIXES
+from ._check import check_bool, check_callable, check_int, check_seconds, check_str, is_int
 from ._gc import GCMonitor
 from ._record import GCStat, PerformanceRecord, Verdict
 from ._summary import RunSummary, build_summary
@@ -64,12 +64,6 @@ class IterationTimer(Protocol):
     def durations(self) -> list[float]: ...
 
 
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {value!r}")
-    return value
-
-
 def _check_share(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 100.0:
         raise ValueError(f"{name} must be a percentage in (0, 100], got {value!r}")
@@ -116,16 +110,6 @@ def _nothing() -> None:
     return None
 
 
-def _is_int(value: object) -> bool:
-    if isinstance(value, (bool, float)):
-        return False
-    try:
-        operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        return False
-    return True
-
-
 def _bad_iteration(
     samples: object, batches: object, etl: object, started: object, other: object, steps: object, skipped: object
 ) -> Exception | None:
@@ -135,7 +119,7 @@ def _bad_iteration(
     for name, value in counts.items():
         if value is None and name == "samples":
             continue
-        if not _is_int(value):
+        if not is_int(value):
             kind = "a non-negative int or None" if name == "samples" else "a non-negative int"
             return TypeError(f"{name} must be {kind}, got {value!r}")
         if value < 0:  # type: ignore[operator]
@@ -163,6 +147,19 @@ def _iteration_error(
 ) -> Exception:
     error = _bad_iteration(samples, batches, etl, started, other, steps, skipped)
     return error or ValueError(f"record_iteration cannot record etl={etl!r} with other={other!r}")
+
+
+def _read_collector(name: str, read: Collector) -> tuple[int, float | None]:
+    """A collector's cumulative ``(count, ms or None)``, checked."""
+    value = read()
+    if (
+        not isinstance(value, tuple)
+        or len(value) != 2
+        or not is_int(value[0])
+        or not (value[1] is None or (isinstance(value[1], (int, float)) and not isinstance(value[1], bool)))
+    ):
+        raise TypeError(f"collector {name!r} must return (count: int, milliseconds: float or None), got {value!r}")
+    return int(value[0]), None if value[1] is None else float(value[1])
 
 
 class PerformanceListener:
@@ -224,31 +221,33 @@ class PerformanceListener:
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
             raise ValueError(f"frequency must be a positive int, got {frequency!r}")
         self.frequency = frequency
-        self.report_score = _check_bool("report_score", report_score)
-        self.report_gc = _check_bool("report_gc", report_gc)
-        self.report_etl = _check_bool("report_etl", report_etl)
-        self.report_iteration = _check_bool("report_iteration", report_iteration)
-        self.report_time = _check_bool("report_time", report_time)
-        self.report_sample = _check_bool("report_sample", report_sample)
-        self.report_batch = _check_bool("report_batch", report_batch)
-        self.verdict = _check_bool("verdict", verdict)
+        self.report_score = check_bool("report_score", report_score)
+        self.report_gc = check_bool("report_gc", report_gc)
+        self.report_etl = check_bool("report_etl", report_etl)
+        self.report_iteration = check_bool("report_iteration", report_iteration)
+        self.report_time = check_bool("report_time", report_time)
+        self.report_sample = check_bool("report_sample", report_sample)
+        self.report_batch = check_bool("report_batch", report_batch)
+        self.verdict = check_bool("verdict", verdict)
         self.thresholds = Thresholds(
             input_bound=_check_share("input_bound_share", input_bound_share),
             gc_bound=_check_share("gc_bound_share", gc_bound_share),
             loop_bound=_check_share("loop_bound_share", loop_bound_share),
         )
-        self.strict = _check_bool("strict", strict)
+        self.strict = check_bool("strict", strict)
         if not callable(clock):
             raise TypeError(f"clock must be callable, got {clock!r}")
         if not callable(wall_clock):
             raise TypeError(f"wall_clock must be callable, got {wall_clock!r}")
         if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
             raise ValueError(f"rank must be a non-negative int or None, got {rank!r}")
+        if sinks is not None and (isinstance(sinks, (str, bytes)) or not isinstance(sinks, Iterable)):
+            raise TypeError(f"sinks must be an iterable of sinks (callables taking a record) or None, got {sinks!r}")
         sink_list = [LoggingSink()] if sinks is None else list(sinks)
         for sink in sink_list:
             if not callable(sink):
                 raise TypeError(f"sinks must be callables taking a record, got {sink!r}")
-        self.history = MemorySink(history)
+        self.history = MemorySink(check_int("history", history, minimum=1, optional=True))
         self._fanout = FanOut(sink_list, strict=strict)
         self._clock = clock
         self._wall_clock = wall_clock
@@ -273,8 +272,9 @@ class PerformanceListener:
         self._lock = threading.RLock()
         self._timer: IterationTimer | None = None
         self._warned_verdicts: set[str] = set()
+        self._said: set[str] = set()
+        self._deferred: list[str] = []
         self._closed = False
-        self._samples_warned = False
         self._explicit_etl = False
         self._pending_etl = 0.0
         self._explicit_source = "given"
@@ -302,24 +302,22 @@ class PerformanceListener:
 
     def set_epoch(self, epoch: int | None) -> None:
         """The epoch that later records carry (adapters call it at each epoch's start)."""
-        self.epoch = epoch
+        self.epoch = check_int("epoch", epoch, optional=True)
 
     def set_etl_source(self, source: str) -> None:
         """Name what measured the ``etl`` given to :meth:`record_iteration` (records carry it as
         ``etl_source``; default ``"given"``, ``"loader"`` once :meth:`add_etl` was used). Iterations
         whose data wait came from ``started`` count as ``"gap"``."""
-        if not isinstance(source, str) or not source:
-            raise ValueError(f"source must be a non-empty str, got {source!r}")
-        self._explicit_source = source
+        self._explicit_source = check_str("source", source, empty=False)
 
     def set_rank(self, rank: int | None) -> None:
         """The process rank that later records carry (adapters call it when they find a process group)."""
-        self.rank = rank
+        self.rank = check_int("rank", rank, optional=True)
 
     def use_device(self, index: int | None, timer: IterationTimer | None = None) -> None:
         """The model runs on device ``index`` (a CUDA ordinal): later records carry it, and with a
         ``timer`` the iteration times come from that device's clock (see :meth:`set_timer`)."""
-        self.device = index
+        self.device = check_int("index", index, optional=True)
         if timer is not None:
             self.set_timer(timer)
 
@@ -330,23 +328,28 @@ class PerformanceListener:
             name: the collector's name in records and lines.
             read: returns cumulative ``(count, milliseconds or None)``; called on report iterations only.
         """
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"name must be a non-empty str, got {name!r}")
-        self._collectors.append((name, read, read()))
+        check_str("name", name, empty=False)
+        check_callable("read", read, "a callable returning (count, milliseconds or None)")
+        self._collectors.append((name, read, _read_collector(name, read)))
 
     def add_advisor(self, advisor: Advisor) -> None:
         """Register a function that, given a bad verdict's kind, names fixes it can see (adapters use this)."""
-        self._advisors.append(advisor)
+        self._advisors.append(check_callable("advisor", advisor))
 
     def set_timer(self, timer: IterationTimer | None) -> None:
         """Take per-iteration durations from ``timer`` (CUDA events, say) instead of the host clock."""
+        if timer is not None:
+            needed = ("start", "mark", "synchronize", "durations")
+            missing = [m for m in needed if not callable(getattr(timer, m, None))]
+            if missing:
+                raise TypeError(f"timer must be an IterationTimer (missing {', '.join(missing)}), got {timer!r}")
         self._timer = timer
         if timer is not None:
             timer.start()
 
     def on_close(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` when the listener closes (adapters remove their hooks this way)."""
-        self._on_close.append(callback)
+        self._on_close.append(check_callable("callback", callback))
 
     # ------------------------------------------------------------------ hot path
     def start(self) -> None:
@@ -366,6 +369,11 @@ class PerformanceListener:
         An iteration during which this was called takes its data wait from these calls and
         ignores the ``etl`` argument of :meth:`record_iteration`.
         """
+        try:
+            if not 0.0 <= seconds < _INF:  # NaN fails too; one chained compare, this runs per batch
+                check_seconds("seconds", seconds)
+        except TypeError:
+            check_seconds("seconds", seconds)
         self._explicit_etl = True
         self._explicit_source = "loader"
         self._pending_etl += seconds
@@ -487,7 +495,8 @@ class PerformanceListener:
 
     def exclude(self, seconds: float) -> None:
         """Leave ``seconds`` that just passed (validation, checkpointing) out of the current window."""
-        if seconds <= 0:
+        seconds = check_seconds("seconds", seconds)
+        if seconds == 0.0:
             return
         self._window_start += seconds
         self._window = [
@@ -568,13 +577,11 @@ class PerformanceListener:
             # user's: the next one starts now, and its record says what this report cost.
             self._reset_window(self._clock(), first=False)
             self._overhead_s = self._window_start - now
-        if samples is None and not self._samples_warned and self.report_sample:
-            self._samples_warned = True
-            warnings.warn(
-                "trainperf could not find the batch size; samples/sec is left out for this run",
-                RuntimeWarning,
-                stacklevel=_user_stacklevel(),
-            )
+        if samples is None and self.report_sample:
+            self._warn_once("could not find the batch size; samples/sec is left out for this run")
+        deferred, self._deferred = self._deferred, []
+        for message in deferred:
+            warnings.warn(f"trainperf: {message}", RuntimeWarning, stacklevel=_user_stacklevel())
         if verdict is not None and verdict.kind != "fine" and not record.warmup:
             self._warn_verdict(verdict)
         return record
@@ -599,7 +606,11 @@ class PerformanceListener:
                 gc_s += s - ps
             self._gc_prev = (counts, seconds)
         for i, (name, read, (prev_count, prev_ms)) in enumerate(self._collectors):
-            count, ms = read()
+            try:
+                count, ms = _read_collector(name, read)
+            except Exception as exc:  # noqa: BLE001 - a collector must never stop training
+                self._warn_once(f"collector {name!r} failed and is left out of this window: {exc!r}")
+                continue
             delta_ms = ms - prev_ms if ms is not None and prev_ms is not None else None
             stats.append(GCStat(name, count - prev_count, delta_ms))
             self._collectors[i] = (name, read, (count, ms))
@@ -633,6 +644,12 @@ class PerformanceListener:
             except Exception:  # noqa: BLE001 - advice must never break training
                 continue
         return [*specific, *DEFAULT_FIXES.get(kind, ())]
+
+    def _warn_once(self, message: str) -> None:
+        """Say ``message`` once per run, after the report in progress has reached every sink."""
+        if message not in self._said:
+            self._said.add(message)
+            self._deferred.append(message)
 
     def _warn_verdict(self, verdict: Verdict) -> None:
         if verdict.kind in self._warned_verdicts:

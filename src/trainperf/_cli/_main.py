@@ -99,7 +99,15 @@ def _factory(spec: str, what: str) -> Any:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"--{what} {spec!r}: {exc}") from exc
-    return factory() if callable(factory) else factory
+    try:
+        made = factory() if callable(factory) else factory
+    except Exception as exc:  # noqa: BLE001 - the user's code: said in one line, with where it failed
+        raise ValueError(f"--{what} {spec!r} raised {type(exc).__name__}: {exc}") from exc
+    if what == "model" and not callable(getattr(made, "parameters", None)):
+        raise ValueError(f"--model {spec!r} must give a torch.nn.Module, got {type(made).__name__}")
+    if what == "loader" and not hasattr(made, "__iter__"):
+        raise ValueError(f"--loader {spec!r} must give an iterable data loader, got {type(made).__name__}")
+    return made
 
 
 def _doctor(args: argparse.Namespace) -> int:

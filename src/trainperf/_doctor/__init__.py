@@ -40,6 +40,12 @@ def doctor(
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if loader is not None and not hasattr(loader, "__iter__"):
         raise TypeError(f"loader must be iterable, got {type(loader).__name__}")
+    if optimizer is not None and not callable(getattr(optimizer, "step", None)):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if loss_fn is not None and not callable(loss_fn):
+        raise TypeError(f"loss_fn must be callable, got {loss_fn!r}")
+    if isinstance(watch_seconds, bool) or not isinstance(watch_seconds, (int, float)) or not 0 < watch_seconds < 3600:
+        raise ValueError(f"watch_seconds must be a number of seconds in (0, 3600), got {watch_seconds!r}")
     env = environment or collect_environment()
     concurrency = watch_concurrency(model, watch_seconds) if model is not None else None
     measurement = measure(model, loader, steps=steps, loss_fn=loss_fn) if loader is not None else None

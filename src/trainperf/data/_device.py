@@ -22,6 +22,8 @@ class DevicePrefetcher:
     def __init__(self, source: Iterable[Any], device: Any) -> None:
         import torch
 
+        if not isinstance(source, Iterable):
+            raise TypeError(f"source must be iterable (a DataLoader, say), got {source!r}")
         self.source = source
         try:
             self.device = torch.device(device)

@@ -50,6 +50,10 @@ def presave(source: Iterable[Any], path: str | os.PathLike[str], *, batches_per_
 
     if isinstance(batches_per_shard, bool) or not isinstance(batches_per_shard, int) or batches_per_shard < 1:
         raise ValueError(f"batches_per_shard must be a positive int, got {batches_per_shard!r}")
+    if not isinstance(source, Iterable):
+        raise TypeError(f"source must be iterable (a DataLoader, say), got {source!r}")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     manifest_path = folder / MANIFEST

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
+from .._check import check_bool
+
 __all__: list[str] = []
 
 
@@ -16,7 +18,9 @@ class FileSink:
         self.path = Path(path)
         if not self.path.parent.exists():
             raise FileNotFoundError(f"path {str(self.path)!r}: folder {str(self.path.parent)!r} does not exist")
-        self._append = append
+        if self.path.is_dir():
+            raise IsADirectoryError(f"path {str(self.path)!r} is a folder; give a file's path")
+        self._append = check_bool("append", append)
         self._file: IO[str] | None = None
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .._check import check_bool
 from .._record import PerformanceRecord
 from ._file import FileSink
 
@@ -49,7 +50,7 @@ class JsonLinesSink(FileSink):
 
     def __init__(self, path: str | os.PathLike[str], *, append: bool = True, fsync: bool = False) -> None:
         super().__init__(path, append=append)
-        self.fsync = fsync
+        self.fsync = check_bool("fsync", fsync)
         if append and _ends_mid_line(self.path):
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write("\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from .._check import check_str
 from .._record import PerformanceRecord
 from ._metrics import scalar_metrics
 
@@ -26,7 +27,10 @@ class LoggerSink:
 
     def __init__(self, loggers: Any, *, prefix: str = "trainperf/") -> None:
         self._source = loggers
-        self.prefix = prefix
+        self.prefix = check_str("prefix", prefix)
+        for logger in self.loggers:  # checks ``loggers`` now rather than at the first record
+            if not callable(getattr(logger, "log_metrics", None)):
+                raise TypeError(f"loggers must be loggers with log_metrics(metrics, step), got {logger!r}")
 
     @property
     def loggers(self) -> list[Any]:
@@ -35,7 +39,7 @@ class LoggerSink:
             return list(source.loggers)
         if hasattr(source, "log_metrics"):
             return [source]
-        if isinstance(source, Iterable):
+        if isinstance(source, Iterable) and not isinstance(source, (str, bytes)):
             return list(source)
         raise TypeError(f"loggers must be a logger, a list of loggers or a Trainer, got {source!r}")
 

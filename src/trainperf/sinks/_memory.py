@@ -19,7 +19,7 @@ class MemorySink:
     """
 
     def __init__(self, maxlen: int | None = None) -> None:
-        if maxlen is not None and (not isinstance(maxlen, int) or maxlen < 1):
+        if maxlen is not None and (isinstance(maxlen, bool) or not isinstance(maxlen, int) or maxlen < 1):
             raise ValueError(f"maxlen must be a positive int or None, got {maxlen!r}")
         self.records: deque[PerformanceRecord] = deque(maxlen=maxlen)
 

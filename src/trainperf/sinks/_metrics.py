@@ -11,6 +11,8 @@ _SCALARS = metric_fields()
 
 def scalar_metrics(record: PerformanceRecord, prefix: str = "trainperf/") -> dict[str, float]:
     """The record's numeric figures as ``{prefix + name: value}``, leaving out the missing ones."""
+    if not isinstance(record, PerformanceRecord):
+        raise TypeError(f"record must be a PerformanceRecord, got {record!r}")
     out: dict[str, float] = {}
     for name in _SCALARS:
         value = getattr(record, name)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from .._check import check_str
 from .._record import PerformanceRecord
 from ._metrics import scalar_metrics
 
@@ -22,7 +24,16 @@ class TensorBoardSink:
         ImportError: at construction, with the install command, when ``tensorboard`` is missing.
     """
 
-    def __init__(self, log_dir: str | None = None, *, writer: Any = None, prefix: str = "trainperf/") -> None:
+    def __init__(
+        self, log_dir: str | os.PathLike[str] | None = None, *, writer: Any = None, prefix: str = "trainperf/"
+    ) -> None:
+        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+            raise TypeError(f"log_dir must be a str, an os.PathLike or None, got {log_dir!r}")
+        if writer is not None and log_dir is not None:
+            raise ValueError("give log_dir or writer, not both")
+        if writer is not None and not all(callable(getattr(writer, m, None)) for m in ("add_scalar", "flush")):
+            raise TypeError(f"writer must be a SummaryWriter (with add_scalar and flush), got {writer!r}")
+        self.prefix = check_str("prefix", prefix)
         if writer is None:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -35,7 +46,6 @@ class TensorBoardSink:
         else:
             self._owned = False
         self.writer = writer
-        self.prefix = prefix
 
     def __call__(self, record: PerformanceRecord) -> None:
         for tag, value in scalar_metrics(record, self.prefix).items():

@@ -314,5 +314,7 @@ def attach(
 
 def detach(model: torch.nn.Module) -> None:
     """Remove every listener attached to ``model``."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {model!r}")
     for attachment in list(attachments_of(model)):
         attachment.detach()

@@ -13,15 +13,21 @@ __all__ = ["batch_size", "map_tensors"]
 def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     """``obj`` with ``fn`` applied to every tensor in it: tuples (named ones keep their type), lists
     and mappings (given back as dicts), nested; anything else is returned as it is."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {fn!r}")
+    return _map(obj, fn)
+
+
+def _map(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     if isinstance(obj, torch.Tensor):
         return fn(obj)
     if isinstance(obj, tuple):
-        items = [map_tensors(item, fn) for item in obj]
+        items = [_map(item, fn) for item in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
     if isinstance(obj, list):
-        return [map_tensors(item, fn) for item in obj]
+        return [_map(item, fn) for item in obj]
     if isinstance(obj, Mapping):
-        return {key: map_tensors(value, fn) for key, value in obj.items()}
+        return {key: _map(value, fn) for key, value in obj.items()}
     return obj
 
 

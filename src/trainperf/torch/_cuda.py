@@ -18,6 +18,8 @@ class CudaEventTimer:
     """
 
     def __init__(self, device: torch.device) -> None:
+        if not isinstance(device, torch.device) or device.type != "cuda":
+            raise ValueError(f"device must be a CUDA torch.device, got {device!r}")
         self.device = device
         self._pool: list[torch.cuda.Event] = []
         self._events: list[torch.cuda.Event] = []
