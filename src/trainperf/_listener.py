@@ -15,6 +15,7 @@ from ._advice import DEFAULT_FIXES
 from ._gc import GCMonitor
 from ._record import GCStat, PerformanceRecord, Verdict
 from ._summary import RunSummary, build_summary
+from ._timeline import open_run_dir, write_timeline
 from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds, judge
 from ._window import WindowEntry, WindowFigures, window_figures
 from .sinks._base import FanOut, Sink
@@ -126,6 +127,8 @@ class PerformanceListener:
         clock: monotonic clock in seconds; injectable for deterministic tests.
         wall_clock: clock for the records' ``timestamp`` (seconds since the epoch).
         rank: process rank in a distributed run; defaults to the ``RANK`` environment variable.
+        run_dir: write this rank's windows, a bounded timeline and its meta data under
+            ``run_dir/rank-<rank>/`` (a :class:`~trainperf.RunDirSink`), for ``trainperf report``.
 
     Example:
         >>> listener = PerformanceListener(10, report_gc=True)
@@ -155,6 +158,7 @@ class PerformanceListener:
         clock: Callable[[], float] = time.perf_counter,
         wall_clock: Callable[[], float] = time.time,
         rank: int | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
             raise ValueError(f"frequency must be a positive int, got {frequency!r}")
@@ -215,6 +219,9 @@ class PerformanceListener:
         self._window_start = 0.0
         self._next_report = 0
         self._warmup = True
+        self._run_dir = open_run_dir(run_dir, self.rank, clock, wall_clock)
+        if self._run_dir is not None:
+            self._fanout.sinks.append(self._run_dir[0])
         self._reset_window(self._clock(), first=True)
 
     # ------------------------------------------------------------------ set-up
@@ -371,6 +378,7 @@ class PerformanceListener:
         if timer is not None:
             timer.synchronize()
         now = last[0]
+        window_start = self._window_start
         window = self._window
         window.append(last)
         figures = window_figures(self._window_start, window, timer.durations() if timer is not None else None)
@@ -423,6 +431,8 @@ class PerformanceListener:
         self._reset_window(now, first=False)
         self.history(record)
         self._fanout(record)
+        if self._run_dir is not None:
+            write_timeline(self._run_dir, window_start, window, record.iteration)
         if verdict is not None and verdict.kind != "fine" and not record.warmup:
             self._warn_verdict(verdict)
         return record
