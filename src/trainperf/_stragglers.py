@@ -167,7 +167,8 @@ def cluster_line(figures: Sequence[RankFigures], stragglers: Sequence[Straggler]
     low, high = min(times), max(times)
     spread = high - low
     share = 100.0 * spread / low if low > 0 else 0.0
-    slowest = max(figures, key=lambda f: f.iteration_ms)
+    # under DDP every rank shows the same iteration time: the slowest is the one the others wait for
+    slowest_rank = found[0].rank if found else max(figures, key=lambda f: f.iteration_ms).rank
     why = "; ".join(f"straggler rank {s.rank} ({s.cause}, +{s.excess_ms:.1f} ms): {s.evidence}" for s in found)
     return (f"cluster: {len(figures)} ranks; iteration {low:.1f}-{high:.1f} ms (spread {spread:.1f} ms, "
-            f"{share:.0f}%); slowest rank {slowest.rank}; {why or 'no straggler'}")
+            f"{share:.0f}%); slowest rank {slowest_rank}; {why or 'no straggler'}")

@@ -52,7 +52,7 @@ def build_report(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _r(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None or not math.isfinite(value) else round(value, digits)
+    return None if value is None or not math.isfinite(value) else round(value, digits) + 0.0  # no -0.0
 
 
 def _finite(values: Sequence[float]) -> list[float]:

@@ -114,7 +114,7 @@ var tip = document.getElementById("tip");
 var ranks = R.ranks.map(function(r){return r.rank;});
 var rowOf = {}; ranks.forEach(function(r, k){rowOf[r] = k;});
 var ROW = Math.max(6, Math.min(18, Math.floor(640 / Math.max(1, ranks.length))));
-var LEFT = 70;
+var LEFT = 70, RIGHT = 45;
 function canvas(id, height){
   var c = document.getElementById(id), dpr = window.devicePixelRatio || 1;
   var w = Math.max(600, Math.min(1300, document.body.clientWidth - 40));
@@ -150,7 +150,7 @@ function rankLabels(g, top){
   var rows = R.rank_windows, tmax = 0;
   rows.forEach(function(rw){ rw.rows.forEach(function(c){ tmax = Math.max(tmax, c[1]); }); });
   var H = ranks.length * ROW + 20, v = canvas("run", H), g = v.g, sx = (v.w - LEFT - 10) / (tmax || 1);
-  axis(g, LEFT, v.w - 10, 0, tmax, H - 18, " s");
+  axis(g, LEFT, v.w - RIGHT, 0, tmax, H - 18, " s");
   rows.forEach(function(rw){
     var y = rowOf[rw.rank] * ROW;
     rw.rows.forEach(function(c){
@@ -186,7 +186,7 @@ function rankLabels(g, top){
   function draw(win){
     var H = ranks.length * ROW + 20, v = canvas("slow", H), g = v.g, t0 = win.t0, span = (win.t1 - win.t0) || 1e-9;
     var sx = (v.w - LEFT - 10) / span;
-    axis(g, LEFT, v.w - 10, 0, span * 1000, H - 18, " ms");
+    axis(g, LEFT, v.w - RIGHT, 0, span * 1000, H - 18, " ms");
     var rowsOf = {};
     win.spans.forEach(function(s){
       var y = rowOf[s[0]]; if(y === undefined) return;
@@ -218,7 +218,7 @@ function boxes(id, key){
   var H = ranks.length * ROW + 20, v = canvas(id, H), g = v.g, top = 0;
   R.ranks.forEach(function(r){ top = Math.max(top, r[key].max || 0, r[key].p95 || 0); });
   var sx = (v.w - LEFT - 10) / (top || 1);
-  axis(g, LEFT, v.w - 10, 0, top, H - 18, " ms");
+  axis(g, LEFT, v.w - RIGHT, 0, top, H - 18, " ms");
   R.ranks.forEach(function(r, k){
     var s = r[key], y = k * ROW; if(s.p50 === null) return;
     g.fillStyle = "#333"; g.fillRect(LEFT + s.p50 * sx, y + ROW / 2, ((s.max || s.p95) - s.p50) * sx, 1);
@@ -240,11 +240,11 @@ boxes("iterdist", "iteration_ms"); boxes("etldist", "etl_ms");
     smax = Math.max(smax, p.samples_per_sec || 0); imax = Math.max(imax, p.iteration_ms.max || 0);
   });
   var sx = (v.w - LEFT - 10) / tmax;
-  axis(g, LEFT, v.w - 10, 0, tmax, H, " s");
+  axis(g, LEFT, v.w - RIGHT, 0, tmax, H, " s");
   function line(get, max, colour){
     g.strokeStyle = colour; g.lineWidth = 1.5; g.beginPath(); var on = false;
     pts.forEach(function(p){ var val = get(p); if(val === null || val === undefined){ on = false; return; }
-      var x = LEFT + p.t * sx, y = H - 6 - (H - 16) * val / (max || 1);
+      var x = LEFT + p.t * sx, y = H - 4 - (H - 40) * val / (max || 1);
       if(on) g.lineTo(x, y); else g.moveTo(x, y);
       on = true;
     });
