@@ -3,8 +3,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from _simulate import BASE, run_dir_sink, simulate
 
+from _simulate import BASE, run_dir_sink, simulate
 from trainperf import PerformanceListener, PerformanceRecord, RunDirSink
 from trainperf._report._load import load_run, read_objects
 
@@ -143,8 +143,9 @@ def test_readers_skip_cut_and_hostile_lines(tmp_path):
     assert all(listener.closed for listener in listeners)
     rank1 = tmp_path / "rank-1"
     with open(rank1 / "windows.jsonl", "a") as f:
-        f.write('[1, 2]\n"text"\n{"iteration": "50", "window_iterations": 10}\n{"iteration": 60, "window_iterations": 10, '
-                '"iteration_ms": "fast", "timestamp": true}\n{"iteration": 70, "window_it')
+        f.write('[1, 2]\n"text"\n{"iteration": "50", "window_iterations": 10}\n'
+                '{"iteration": 60, "window_iterations": 10, "iteration_ms": "fast", "timestamp": true}\n'
+                '{"iteration": 70, "window_it')
     with open(rank1 / "timeline.jsonl", "a") as f:
         f.write('{"i": 41, "ph": "<script>", "t": 1, "d": 1}\n{"i": 41, "ph": "data", "t": "x", "d": 1}\nnull\n{"i": 4')
     (rank1 / "clock.jsonl").write_text('{"t": 1, "offset_s": 1e999, "status": "aligned"}\n{"t": "x"}\n')

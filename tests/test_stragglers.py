@@ -7,10 +7,10 @@ from trainperf._stragglers import RankFigures, cluster_line, find_stragglers
 
 def ddp(etl, forward, post=20.0, other=0.0, known=True):
     """Figures of ranks in lock-step: each waits in the all-reduce for the latest arrival."""
-    arrivals = [e + f for e, f in zip(etl, forward)]
+    arrivals = [e + f for e, f in zip(etl, forward, strict=True)]
     latest = max(arrivals)
     out = []
-    for r, (e, f) in enumerate(zip(etl, forward)):
+    for r, (e, f) in enumerate(zip(etl, forward, strict=True)):
         compute = latest - e + post  # own forward + the wait for the others + backward and step
         out.append(RankFigures(r, 100, e, f if known else None, compute, other, e + compute + other))
     return out
