@@ -119,7 +119,7 @@ function canvas(id, height){
   var c = document.getElementById(id), dpr = window.devicePixelRatio || 1;
   var w = Math.max(600, Math.min(1300, document.body.clientWidth - 40));
   c.width = w * dpr; c.height = height * dpr; c.style.width = w + "px"; c.style.height = height + "px";
-  var g = c.getContext("2d"); g.scale(dpr, dpr); g.font = "11px system-ui,sans-serif";
+  var g = c.getContext("2d"); g.scale(dpr, dpr); g.font = Math.min(11, ROW) + "px system-ui,sans-serif";
   return {c: c, g: g, w: w, h: height};
 }
 function hover(c, find){
@@ -149,7 +149,7 @@ function rankLabels(g, top){
 (function(){
   var rows = R.rank_windows, tmax = 0;
   rows.forEach(function(rw){ rw.rows.forEach(function(c){ tmax = Math.max(tmax, c[1]); }); });
-  var H = ranks.length * ROW + 20, v = canvas("run", H), g = v.g, sx = (v.w - LEFT - 10) / (tmax || 1);
+  var H = ranks.length * ROW + 20, v = canvas("run", H), g = v.g, sx = (v.w - LEFT - RIGHT) / (tmax || 1);
   axis(g, LEFT, v.w - RIGHT, 0, tmax, H - 18, " s");
   rows.forEach(function(rw){
     var y = rowOf[rw.rank] * ROW;
@@ -185,7 +185,7 @@ function rankLabels(g, top){
   }
   function draw(win){
     var H = ranks.length * ROW + 20, v = canvas("slow", H), g = v.g, t0 = win.t0, span = (win.t1 - win.t0) || 1e-9;
-    var sx = (v.w - LEFT - 10) / span;
+    var sx = (v.w - LEFT - RIGHT) / span;
     axis(g, LEFT, v.w - RIGHT, 0, span * 1000, H - 18, " ms");
     var rowsOf = {};
     win.spans.forEach(function(s){
@@ -207,7 +207,7 @@ function rankLabels(g, top){
   R.slowest.forEach(function(win, k){
     var b = document.createElement("button");
     b.textContent = "iterations " + win.iteration_first + "-" + win.iteration_last + " (" + win.iteration_ms +
-      " ms, rank " + win.rank + ")";
+      " ms)";
     b.addEventListener("click", function(){ draw(win); });
     box.appendChild(b);
   });
@@ -217,7 +217,7 @@ function rankLabels(g, top){
 function boxes(id, key){
   var H = ranks.length * ROW + 20, v = canvas(id, H), g = v.g, top = 0;
   R.ranks.forEach(function(r){ top = Math.max(top, r[key].max || 0, r[key].p95 || 0); });
-  var sx = (v.w - LEFT - 10) / (top || 1);
+  var sx = (v.w - LEFT - RIGHT) / (top || 1);
   axis(g, LEFT, v.w - RIGHT, 0, top, H - 18, " ms");
   R.ranks.forEach(function(r, k){
     var s = r[key], y = k * ROW; if(s.p50 === null) return;
@@ -231,30 +231,35 @@ function boxes(id, key){
     return "rank " + r.rank + "\np50 " + s.p50 + "  p95 " + s.p95 + "\nmax " + s.max + "  mean " + s.mean + " ms"; });
 }
 boxes("iterdist", "iteration_ms"); boxes("etldist", "etl_ms");
-// Throughput over time (cluster total) with iteration time (median and slowest rank).
+// Throughput over time (all ranks together), and iteration time (median rank and slowest rank).
 (function(){
-  var pts = R.windows, v = canvas("tput", 240), g = v.g, H = 210;
+  var pts = R.windows, v = canvas("tput", 330), g = v.g;
   if(!pts.length) return;
   var tmax = pts[pts.length - 1].t || 1, smax = 0, imax = 0;
   pts.forEach(function(p){
     smax = Math.max(smax, p.samples_per_sec || 0); imax = Math.max(imax, p.iteration_ms.max || 0);
   });
-  var sx = (v.w - LEFT - 10) / tmax;
-  axis(g, LEFT, v.w - RIGHT, 0, tmax, H, " s");
-  function line(get, max, colour){
-    g.strokeStyle = colour; g.lineWidth = 1.5; g.beginPath(); var on = false;
-    pts.forEach(function(p){ var val = get(p); if(val === null || val === undefined){ on = false; return; }
-      var x = LEFT + p.t * sx, y = H - 4 - (H - 40) * val / (max || 1);
-      if(on) g.lineTo(x, y); else g.moveTo(x, y);
-      on = true;
+  var sx = (v.w - LEFT - RIGHT) / tmax;
+  axis(g, LEFT, v.w - RIGHT, 0, tmax, 310, " s");
+  function panel(top, bottom, max, label, series){
+    g.fillStyle = "#fff"; g.fillRect(LEFT, top - 4, v.w - LEFT - RIGHT, bottom - top + 8);
+    g.strokeStyle = "#999"; g.beginPath(); g.moveTo(LEFT, bottom); g.lineTo(v.w - RIGHT, bottom); g.stroke();
+    g.fillStyle = "#555"; g.fillText(label, LEFT + 4, top - 6);
+    g.fillText((+max.toPrecision(4)).toString(), 4, top + 8); g.fillText("0", 4, bottom);
+    series.forEach(function(s){
+      g.strokeStyle = s[1]; g.lineWidth = 1.5; g.beginPath(); var on = false;
+      pts.forEach(function(p){ var val = s[0](p); if(val === null || val === undefined){ on = false; return; }
+        var x = LEFT + p.t * sx, y = bottom - (bottom - top) * val / (max || 1);
+        if(on) g.lineTo(x, y); else g.moveTo(x, y);
+        on = true;
+      });
+      g.stroke(); g.lineWidth = 1;
     });
-    g.stroke(); g.lineWidth = 1;
   }
-  line(function(p){ return p.samples_per_sec; }, smax, "#2e7d32");
-  line(function(p){ return p.iteration_ms.median; }, imax, "#3b7dd8");
-  line(function(p){ return p.iteration_ms.max; }, imax, "#b00020");
-  g.fillStyle = "#2e7d32"; g.fillText("samples/s (all ranks), top " + smax.toFixed(0), 4, 12);
-  g.fillStyle = "#b00020"; g.fillText("iteration ms: slowest rank (red), median (blue), top " + imax.toFixed(1), 4, 26);
+  panel(22, 140, smax, "samples/s, all ranks together", [[function(p){ return p.samples_per_sec; }, "#2e7d32"]]);
+  panel(180, 296, imax, "iteration ms: slowest rank (red), median rank (blue)",
+        [[function(p){ return p.iteration_ms.max; }, "#b00020"],
+         [function(p){ return p.iteration_ms.median; }, "#3b7dd8"]]);
   hover(v.c, function(x){ var t = (x - LEFT) / sx, best = null;
     pts.forEach(function(p){ if(best === null || Math.abs(p.t - t) < Math.abs(best.t - t)) best = p; });
     return best && ("t " + best.t + " s, iteration " + best.iteration + "\nsamples/s " + best.samples_per_sec +
