@@ -204,7 +204,7 @@ def _read_timeline(path: Path) -> tuple[array[int], array[int], array[float], ar
     return iters, kinds, ts, ds, skipped
 
 
-def _read_clock(path: Path, rank: int) -> tuple[Clock, int]:
+def _read_clock(path: Path) -> tuple[Clock, int]:
     objects, skipped = read_objects(path)
     points: list[tuple[float, float, float]] = []
     reference = False
@@ -229,7 +229,7 @@ def read_rank(path: Path, rank: int) -> Rank:
     """One rank's folder."""
     windows, skipped_windows = _read_windows(path / "windows.jsonl")
     iters, kinds, ts, ds, skipped_timeline = _read_timeline(path / "timeline.jsonl")
-    clock, skipped_clock = _read_clock(path / "clock.jsonl", rank)
+    clock, skipped_clock = _read_clock(path / "clock.jsonl")
     events, skipped_events = read_objects(path / "events.jsonl")
     skipped = {"windows": skipped_windows, "timeline": skipped_timeline, "clock": skipped_clock,
                "events": skipped_events}
