@@ -19,6 +19,7 @@ from ._check import check_bool, check_callable, check_int, check_seconds, check_
 from ._gc import GCMonitor
 from ._record import GCStat, PerformanceRecord, Verdict
 from ._summary import RunSummary, build_summary
+from ._timeline import open_run_dir, write_timeline
 from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds, judge
 from ._window import WindowEntry, WindowFigures, window_figures
 from .sinks._base import FanOut, Sink, SinkError
@@ -188,6 +189,8 @@ class PerformanceListener:
         clock: monotonic clock in seconds; injectable for deterministic tests.
         wall_clock: clock for the records' ``timestamp`` (seconds since the epoch).
         rank: process rank in a distributed run; defaults to the ``RANK`` environment variable.
+        run_dir: write this rank's windows, a bounded timeline and its meta data under
+            ``run_dir/rank-<rank>/`` (a :class:`~trainperf.RunDirSink`), for ``trainperf report``.
 
     Example:
         >>> listener = PerformanceListener(10, report_gc=True)
@@ -217,6 +220,7 @@ class PerformanceListener:
         clock: Callable[[], float] = time.perf_counter,
         wall_clock: Callable[[], float] = time.time,
         rank: int | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
             raise ValueError(f"frequency must be a positive int, got {frequency!r}")
@@ -286,6 +290,9 @@ class PerformanceListener:
         self._window_start = 0.0
         self._next_report = 0
         self._warmup = True
+        self._run_dir = open_run_dir(run_dir, self.rank, clock, wall_clock)
+        if self._run_dir is not None:
+            self._fanout.sinks.append(self._run_dir[0])
         self._reset_window(self._clock(), first=True)
 
     # ------------------------------------------------------------------ set-up
@@ -526,6 +533,7 @@ class PerformanceListener:
         if timer is not None:
             timer.synchronize()
         now = last[0]
+        window_start = self._window_start
         window = self._window
         window.append(last)
         figures = window_figures(self._window_start, window, timer.durations() if timer is not None else None)
@@ -572,6 +580,8 @@ class PerformanceListener:
         try:
             self.history(record)
             self._fanout(record)  # every sink gets the record before a SinkError can leave
+            if self._run_dir is not None:
+                write_timeline(self._run_dir, window_start, window, record.iteration)
         finally:
             # The report's own time (building the record, the sinks) belongs to no window of the
             # user's: the next one starts now, and its record says what this report cost.
