@@ -18,8 +18,8 @@ from ._advice import DEFAULT_FIXES
 from ._check import check_bool, check_callable, check_int, check_seconds, check_str, is_int
 from ._gc import GCMonitor
 from ._record import GCStat, PerformanceRecord, Verdict
+from ._run_dir import open_run_dir, write_timeline
 from ._summary import RunSummary, build_summary
-from ._timeline import open_run_dir, write_timeline
 from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds, judge
 from ._window import WindowEntry, WindowFigures, window_figures
 from .sinks._base import FanOut, Sink, SinkError
