@@ -191,6 +191,10 @@ class PerformanceListener:
         rank: process rank in a distributed run; defaults to the ``RANK`` environment variable.
         run_dir: write this rank's windows, a bounded timeline and its meta data under
             ``run_dir/rank-<rank>/`` (a :class:`~trainperf.RunDirSink`), for ``trainperf report``.
+        cluster_every: in a ``torch.distributed`` run, rank 0 gathers every rank's figures every
+            this many reports and logs which rank holds the others back, and why.
+        cluster_timeout_s: the longest a rank waits for another in that exchange; a rank that does
+            not answer in time is reported silent and left out from then on.
 
     Example:
         >>> listener = PerformanceListener(10, report_gc=True)
@@ -221,6 +225,8 @@ class PerformanceListener:
         wall_clock: Callable[[], float] = time.time,
         rank: int | None = None,
         run_dir: str | os.PathLike[str] | None = None,
+        cluster_every: int = 10,
+        cluster_timeout_s: float = 30.0,
     ) -> None:
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
             raise ValueError(f"frequency must be a positive int, got {frequency!r}")
@@ -277,6 +283,7 @@ class PerformanceListener:
         self._timer: IterationTimer | None = None
         self._warned_verdicts: set[str] = set()
         self._said: set[str] = set()
+        self._times: dict[str, float] = {}
         self._deferred: list[str] = []
         self._closed = False
         self._explicit_etl = False
@@ -290,6 +297,12 @@ class PerformanceListener:
         self._window_start = 0.0
         self._next_report = 0
         self._warmup = True
+        self.cluster_every = check_int("cluster_every", cluster_every, minimum=1)
+        if isinstance(cluster_timeout_s, bool) or not isinstance(cluster_timeout_s, (int, float)) or not (
+            0 < cluster_timeout_s <= 3600
+        ):
+            raise ValueError(f"cluster_timeout_s must be seconds in (0, 3600], got {cluster_timeout_s!r}")
+        self.cluster_timeout_s = float(cluster_timeout_s)
         self._run_dir = open_run_dir(run_dir, self.rank, clock, wall_clock)
         if self._run_dir is not None:
             self._fanout.sinks.append(self._run_dir[0])
@@ -384,6 +397,13 @@ class PerformanceListener:
         self._explicit_etl = True
         self._explicit_source = "loader"
         self._pending_etl += seconds
+
+    def add_time(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` of a named part of the current window's iterations (``"forward"``, say);
+        records carry the mean per iteration as ``extra["<name>_ms"]``. Adapters call it only for
+        parts they were asked to time (the forward pass in a distributed run)."""
+        times = self._times
+        times[name] = times.get(name, 0.0) + seconds
 
     def set_score(self, score: Any) -> None:
         """Remember the latest loss; it is converted with ``float()`` only when a window is reported."""
@@ -575,6 +595,7 @@ class PerformanceListener:
             etl_source=self._etl_source(figures),
             gc_total_ms=1000.0 * gc_s if self._gc is not None else None,
             overhead_ms=1000.0 * self._overhead_s,
+            extra=self._take_times(n),
         )
         self._accumulate(record, figures, gc_s)
         try:
@@ -595,6 +616,12 @@ class PerformanceListener:
         if verdict is not None and verdict.kind != "fine" and not record.warmup:
             self._warn_verdict(verdict)
         return record
+
+    def _take_times(self, n: int) -> dict[str, float]:
+        if not self._times:
+            return {}
+        times, self._times = self._times, {}
+        return {f"{name}_ms": 1000.0 * seconds / n for name, seconds in times.items()}
 
     def _read_score(self) -> float | None:
         score = self._score
@@ -745,6 +772,11 @@ class PerformanceListener:
         owner = self._owner
         if owner is not None and owner >= 0 and owner != _get_ident():
             self._share()
+
+    @property
+    def wall_clock(self) -> Callable[[], float]:
+        """The wall clock of the records' timestamps."""
+        return self._wall_clock
 
     @property
     def clock(self) -> Callable[[], float]:

@@ -37,7 +37,7 @@ from .._listener import IterationTimer, PerformanceListener
 from . import _loop_hooks as loop_hooks
 from ._batch import batch_size
 from ._tap import attachments_of, tap_of, untap
-from .shared import process_rank, use_model_device
+from .shared import join_cluster, process_rank, use_model_device
 
 __all__ = ["Attachment", "attach", "detach"]
 
@@ -212,6 +212,7 @@ class Attachment:
         rank = process_rank()
         if rank is not None:
             self.listener.set_rank(rank)
+            join_cluster(self.listener, self.model)
         self.listener.set_etl_source("loader")
         self.listener.start()
         self._boundary = self.clock() if at is None else at

@@ -24,12 +24,13 @@ Callback = Callable[[tuple[Any, ...], dict[str, Any]], None]
 class ForwardTap:
     """Calls ``callbacks(args, kwargs)`` before each forward pass of one model."""
 
-    __slots__ = ("forward", "callbacks", "__wrapped__", "__dict__")
+    __slots__ = ("forward", "callbacks", "after", "__wrapped__", "__dict__")
 
     def __init__(self, forward: Callable[..., Any]) -> None:
         self.forward = forward
         self.__wrapped__ = forward  # inspect.signature(model.forward) still shows the real one
         self.callbacks: list[Callback] = []
+        self.after: list[Callable[[], None]] = []  # called when a forward pass returns (rarely used)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Under torch.compile, Dynamo traces this call: it sees a constant True here and never the
@@ -38,6 +39,11 @@ class ForwardTap:
         if not is_compiling():
             for callback in self.callbacks:
                 callback(args, kwargs)
+            if self.after:
+                out = self.forward(*args, **kwargs)
+                for done in self.after:
+                    done()
+                return out
         return self.forward(*args, **kwargs)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
@@ -80,7 +86,7 @@ def untap(model: torch.nn.Module, callback: Callback) -> None:
         return
     if callback in tap.callbacks:
         tap.callbacks.remove(callback)
-    if not tap.callbacks:
+    if not tap.callbacks and not tap.after:
         original = tap.forward
         if getattr(original, "__self__", None) is model and getattr(original, "__func__", None) is getattr(
             type(model), "forward", None

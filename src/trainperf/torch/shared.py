@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.distributed as dist
 
 from .._listener import IterationTimer, PerformanceListener
 from ._advice import loader_advisor
 from ._batch import batch_size
+from ._cluster import Cluster, forward_timer
 from ._cuda import CudaEventTimer, alloc_retries_reader
+from ._tap import tap_of, untap
 
-__all__ = ["batch_size", "loader_advisor", "process_rank", "use_model_device"]
+__all__ = ["batch_size", "join_cluster", "loader_advisor", "process_rank", "use_model_device"]
 
 
 def use_model_device(
@@ -31,6 +34,32 @@ def use_model_device(
         listener.add_collector(*alloc_retries_reader(device))
     elif timer_factory is not None:
         listener.set_timer(timer_factory(device))
+
+
+def join_cluster(listener: PerformanceListener, model: torch.nn.Module | None) -> None:
+    """In a ``torch.distributed`` run of more than one process, link ``listener`` to the other ranks
+    (see :class:`trainperf.torch._cluster.Cluster`) and time ``model``'s forward passes, which tell
+    a rank with slow compute from one with slow data. Once per listener; every rank must call it."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return
+    if any(isinstance(sink, Cluster) for sink in listener.sinks):
+        return
+    cluster = Cluster(
+        listener, every=listener.cluster_every, timeout_s=listener.cluster_timeout_s, wall_clock=listener.wall_clock
+    )
+    listener.add_sink(cluster)
+    if model is not None:
+        tap = tap_of(model)
+        before, after = forward_timer(listener, listener.clock)
+        tap.callbacks.insert(0, before)
+        tap.after.append(after)
+
+        def untime() -> None:
+            if after in tap.after:
+                tap.after.remove(after)
+            untap(model, before)  # the last one out gives the model its own forward back
+
+        listener.on_close(untime)
 
 
 def process_rank() -> int | None:
