@@ -114,3 +114,18 @@ class FakeTimeline:
     @property
     def pending(self) -> int:
         return len(self._ended)
+
+
+class RealClock:
+    """The host's real clock in the shape of the tests' ``FakeClock``, for a fake device in a real-time run."""
+
+    @property
+    def now(self) -> float:
+        import time
+
+        return time.perf_counter()
+
+    def advance(self, seconds: float) -> None:
+        import time
+
+        time.sleep(seconds)
