@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from fake_device import FakeDevice, FakeTimeline
 
+from fake_device import FakeDevice, FakeTimeline
 from trainperf import DeviceTimeline, MemorySink, PerformanceListener
 from trainperf._timeline import device_window, speedup
 from trainperf._verdict import judge_device

@@ -13,8 +13,8 @@ import warnings
 
 import pytest
 import torch
-from fake_device import FakeDevice, FakeTimeline
 
+from fake_device import FakeDevice, FakeTimeline
 from trainperf import PerformanceListener
 from trainperf.torch import attach
 

@@ -69,7 +69,8 @@ class RunSummary:
         n = max(1, self.iterations)
         if self.device_wall_s is not None:
             if gain is not None and gain >= 1.01:
-                return f"the GPU waited for data {share:.0f}% of the time: free data would make this run {gain:.2f}x faster"
+                return (f"the GPU waited for data {share:.0f}% of the time: "
+                        f"free data would make this run {gain:.2f}x faster")
             busy_ms = 1000.0 * (self.device_wall_s - self.device_idle_s) / n
             return (f"data: {1000.0 * self.etl_s / n:.0f} ms per batch, hidden behind {busy_ms:.0f} ms of GPU work"
                     if self.etl_s > 0 else f"no data wait; {busy_ms:.0f} ms of GPU work per step")
