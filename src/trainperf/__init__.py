@@ -5,9 +5,10 @@ from ._format import format_line
 from ._listener import BottleneckWarning, PerformanceListener
 from ._logs import ParsedLog, parse_log, plot
 from ._record import SCHEMA_VERSION, GCStat, PerformanceRecord, Verdict
+from ._report import build_report
 from ._summary import RunSummary
 from ._timeline import DeviceTimeline
-from .sinks import LoggingSink, MemorySink, Sink, SinkError
+from .sinks import LoggingSink, MemorySink, RunDirSink, Sink, SinkError
 
 __version__ = "0.1.0"
 
@@ -24,10 +25,12 @@ __all__ = [
     "ParsedLog",
     "PerformanceListener",
     "PerformanceRecord",
+    "RunDirSink",
     "RunSummary",
     "Sink",
     "SinkError",
     "Verdict",
+    "build_report",
     "doctor",
     "format_line",
     "parse_log",

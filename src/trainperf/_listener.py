@@ -20,6 +20,7 @@ from ._deferred import HostWindow, PendingWindows
 from ._gc import GCMonitor
 from ._hardware import Probe, process_probe, read_probes, worker_tips
 from ._record import GCStat, PerformanceRecord, Verdict
+from ._run_dir import open_run_dir, write_timeline
 from ._summary import RunSummary, build_summary
 from ._timeline import DeviceTimeline, DeviceWindow, speedup
 from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds, judge, judge_device
@@ -192,6 +193,8 @@ class PerformanceListener:
         clock: monotonic clock in seconds; injectable for deterministic tests.
         wall_clock: clock for the records' ``timestamp`` (seconds since the epoch).
         rank: process rank in a distributed run; defaults to the ``RANK`` environment variable.
+        run_dir: write this rank's windows, a bounded timeline and its meta data under
+            ``run_dir/rank-<rank>/`` (a :class:`~trainperf.RunDirSink`), for ``trainperf report``.
         report_hardware: read this process's CPU use and RSS and its loader workers' CPU use on
             report iterations (needs ``psutil``; without it those fields are ``None``). Adapters
             add the device's probes (CUDA memory peaks, NVML utilisation).
@@ -224,6 +227,7 @@ class PerformanceListener:
         clock: Callable[[], float] = time.perf_counter,
         wall_clock: Callable[[], float] = time.time,
         rank: int | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
         report_hardware: bool = True,
     ) -> None:
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
@@ -306,6 +310,9 @@ class PerformanceListener:
         self._window_start = 0.0
         self._next_report = 0
         self._warmup = True
+        self._run_dir = open_run_dir(run_dir, self.rank, clock, wall_clock)
+        if self._run_dir is not None:
+            self._fanout.sinks.append(self._run_dir[0])
         self._reset_window(self._clock(), first=True)
 
     # ------------------------------------------------------------------ set-up
@@ -590,9 +597,10 @@ class PerformanceListener:
         """Close the window that ``last`` ends. Its record is built now, or, with a device timeline,
         once the device has done the window's work; returns the newest record built by this call."""
         now = last[0]
+        window_start = self._window_start
         window = self._window
         window.append(last)
-        figures = window_figures(self._window_start, window)
+        figures = window_figures(window_start, window)
         gc_stats, gc_s = self._collect_gc()
         host = HostWindow(
             first_iteration=self._first_iteration,
@@ -619,6 +627,8 @@ class PerformanceListener:
             else:
                 pending.add(host)
                 record = self._emit_all(pending.poll())
+            if self._run_dir is not None:  # the window's host timeline, once its iterations are known
+                write_timeline(self._run_dir, window_start, window, host.iteration)
         finally:
             # The report's own time (building the record, the sinks) belongs to no window of the
             # user's: the next one starts now, and its record says what this report cost.

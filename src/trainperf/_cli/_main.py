@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._atomic import atomic_write
+from ._report import add_report_command
 
 __all__ = ["main"]
 
@@ -220,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--title", help="the figure's title")
     plot.add_argument("--dpi", type=_positive_int, default=110, help="resolution of a .png (default 110)")
     plot.set_defaults(func=_plot)
+    add_report_command(command)
     return parser
 
 

@@ -8,6 +8,7 @@ from ._loggers import LoggerSink
 from ._logging import LoggingSink
 from ._memory import MemorySink
 from ._metrics import scalar_metrics
+from ._rundir import RunDirSink
 from ._tensorboard import TensorBoardSink
 from ._tqdm import TqdmSink
 
@@ -18,6 +19,7 @@ __all__ = [
     "LoggerSink",
     "LoggingSink",
     "MemorySink",
+    "RunDirSink",
     "Sink",
     "SinkError",
     "TensorBoardSink",

@@ -1,0 +1,34 @@
+"""``trainperf report RUN_DIR -o OUT``: the distributed run's report as HTML, JSON or a Perfetto trace."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+__all__ = ["add_report_command"]
+
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .._report import write_report
+
+    fmt: str = args.format or ("json" if args.output.endswith(".json") else "html")
+    written = write_report(args.run_dir, args.output, fmt)
+    where = written[0] if len(written) == 1 else f"{len(written)} files in {args.output}"
+    print(f"wrote {where}", file=sys.stderr)
+    return 0
+
+
+def add_report_command(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
+    """Register ``trainperf report`` through the main parser's ``command(name, summary, example)``."""
+    report = command("report", "report a run directory: per-rank timeline, stragglers and their cause, "
+                               "clock alignment, silent ranks",
+                     "trainperf report runs/today -o report.html   (--format json | perfetto)")
+    report.add_argument("run_dir", help="the run directory that listeners with run_dir= wrote (rank-<r> folders)")
+    report.add_argument("-o", "--output", required=True,
+                        help="the file to write; with --format perfetto a folder (ending in /) gets one trace per "
+                             "rank, as Holistic Trace Analysis reads them")
+    report.add_argument("--format", choices=("html", "json", "perfetto"),
+                        help="html (default; json when --output ends in .json), json or perfetto")
+    report.set_defaults(func=_report)

@@ -1,0 +1,67 @@
+"""``trainperf report``: read a run directory, analyse it, and write HTML, JSON or a Perfetto trace."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .._atomic import atomic_write
+from ._analyse import analyse, build_report
+from ._html import render_html
+from ._json import report_json
+from ._load import load_run
+from ._perfetto import perfetto_trace, perfetto_traces
+
+__all__ = ["build_report", "write_report", "REPORT_FORMATS"]
+
+#: What :func:`write_report` can write.
+REPORT_FORMATS = ("html", "json", "perfetto")
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        atomic_write(path, lambda f: f.write(text))
+    except OSError as exc:
+        raise OSError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+
+
+def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str = "html") -> list[Path]:
+    """Write the report of ``run_dir`` to ``out``.
+
+    Args:
+        run_dir: a run directory (``rank-<r>`` folders).
+        out: the file to write; for ``perfetto``, an existing folder (or a path ending in ``/``) gets
+            one ``rank-<r>.json`` trace per rank, the layout Holistic Trace Analysis reads.
+        fmt: ``html``, ``json`` or ``perfetto``.
+
+    Returns:
+        The files written.
+    """
+    if fmt not in REPORT_FORMATS:
+        raise ValueError(f"format must be one of {', '.join(REPORT_FORMATS)}, got {fmt!r}")
+    ranks = load_run(run_dir)
+    report = analyse(ranks)
+    target = Path(out)
+    if fmt == "html":
+        _write_text(target, render_html(report))
+        return [target]
+    if fmt == "json":
+        _write_text(target, report_json(report))
+        return [target]
+    silent = {s["rank"]: s["since"] for s in report["silent"]}
+    if target.is_dir() or str(out).endswith(("/", os.sep)):
+        target.mkdir(parents=True, exist_ok=True)
+        written = []
+        for rank, trace in perfetto_traces(ranks, report["start"], silent).items():
+            path = target / f"rank-{rank}.json"
+            _write_text(path, _trace_json(trace))
+            written.append(path)
+        return written
+    _write_text(target, _trace_json(perfetto_trace(ranks, report["start"], silent)))
+    return [target]
+
+
+def _trace_json(trace: dict[str, Any]) -> str:
+    return json.dumps(trace, separators=(",", ":"), allow_nan=False)

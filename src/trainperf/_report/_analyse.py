@@ -1,0 +1,330 @@
+"""The report's analysis: per-rank figures, stragglers, clocks, throughput over time and the slowest
+windows with their spans, as plain JSON-ready values."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from .._stragglers import RankFigures, Straggler, cluster_line, find_stragglers
+from .._window import percentile
+from ..sinks._rundir import TIMELINE_PHASES
+from ._load import Rank, load_run
+
+__all__ = ["build_report", "analyse"]
+
+#: Report schema version (``report["schema"]``).
+REPORT_SCHEMA = 1
+#: Throughput-over-time points, and per-rank timeline cells, at most.
+MAX_POINTS = 300
+#: Slowest windows shown with their spans, and the most spans they may carry together.
+SLOWEST_WINDOWS = 5
+MAX_SLOWEST_SPANS = 80_000
+#: A rank is silent when it stopped this many report windows (and at least a second) before the others.
+SILENT_WINDOWS = 3.0
+
+
+def build_report(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The analysis of a run directory as JSON-ready values (what ``trainperf report --format json`` writes).
+
+    Keys: ``ranks`` (per-rank figures, ``silent_since``), ``stragglers`` (rank, cause, excess, evidence,
+    windows), ``clocks`` (offset and uncertainty per rank, ``unknown`` flagged), ``windows`` (the
+    cluster's throughput and iteration time over time, at most a few hundred points), ``rank_windows``
+    (each rank's figures over time at the same resolution), ``slowest`` (the slowest windows with
+    every rank's spans), ``cluster`` (the one-line summary), ``phases``, ``start`` and ``run_name``.
+
+    Args:
+        run_dir: a folder of ``rank-<r>`` folders (see ``docs/distributed.md``).
+
+    Raises:
+        FileNotFoundError: ``run_dir`` is missing.
+        ValueError: it holds no rank folder.
+
+    Example:
+        >>> report = build_report("runs/today")  # doctest: +SKIP
+        >>> [(s["rank"], s["cause"]) for s in report["stragglers"]]  # doctest: +SKIP
+        [(3, 'data')]
+    """
+    return analyse(load_run(run_dir))
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, digits) + 0.0  # no -0.0
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    return [v for v in values if math.isfinite(v)]
+
+
+def _weighted_mean(values: Sequence[float], weights: Sequence[float]) -> float | None:
+    total = weight = 0.0
+    for v, w in zip(values, weights, strict=True):
+        if math.isfinite(v) and math.isfinite(w):
+            total += v * w
+            weight += w
+    return total / weight if weight > 0 else None
+
+
+def _stats(rank: Rank, mean_key: str, p50_key: str, p95_key: str, max_key: str) -> dict[str, float | None]:
+    w = rank.windows
+    p50s, p95s, maxes = sorted(_finite(w[p50_key])), sorted(_finite(w[p95_key])), _finite(w[max_key])
+    return {
+        "p50": _r(percentile(p50s, 50)) if p50s else None,
+        "p95": _r(percentile(p95s, 95)) if p95s else None,
+        "max": _r(max(maxes)) if maxes else None,
+        "mean": _r(_weighted_mean(w[mean_key], w["window_iterations"])),
+    }
+
+
+def _last_seen(rank: Rank) -> float | None:
+    seen = _finite(rank.windows["timestamp"])
+    last = max(seen) if seen else None
+    if len(rank.span_t):
+        end = rank.span_t[-1] + rank.span_d[-1]
+        last = end if last is None else max(last, end)
+    return last
+
+
+def _start(rank: Rank) -> float | None:
+    w = rank.windows
+    candidates = [t - s for t, s in zip(w["timestamp"], w["window_s"], strict=True) if math.isfinite(t - s)][:1]
+    if len(rank.span_t):
+        candidates.append(rank.span_t[0])
+    return min(candidates) if candidates else rank.meta.get("started")
+
+
+def _silent(ranks: Sequence[Rank]) -> dict[int, float]:
+    """Ranks that stopped reporting before the others without closing, with their last sign of life."""
+    seen = {r.rank: _last_seen(r) for r in ranks}
+    ends = [t for t in seen.values() if t is not None]
+    window_s = [s for r in ranks for s in _finite(r.windows["window_s"])]
+    silent: dict[int, float] = {}
+    if ends:
+        gap = max(SILENT_WINDOWS * (statistics.median(window_s) if window_s else 0.0), 1.0)
+        end = max(ends)
+        for r in ranks:
+            last = seen[r.rank]
+            if r.meta.get("ended") is None and (last is None or last < end - gap):
+                silent[r.rank] = last if last is not None else (r.meta.get("started") or end)
+    for r in ranks:
+        for event in r.events:
+            if event.get("kind") == "silent" and isinstance(event.get("rank"), int):
+                when = event.get("last_seen", event.get("t"))
+                if isinstance(when, (int, float)) and not isinstance(when, bool) and math.isfinite(when):
+                    silent.setdefault(event["rank"], float(when))
+    return silent
+
+
+def _rank_entry(rank: Rank, silent_since: float | None) -> dict[str, Any]:
+    w = rank.windows
+    steady = [k for k in range(rank.n_windows) if not w["warmup"][k]] or list(range(rank.n_windows))
+    n = [w["window_iterations"][k] for k in steady]
+
+    def mean(key: str) -> float | None:
+        return _r(_weighted_mean([w[key][k] for k in steady], n))
+
+    iterations = _finite(w["iteration"])
+    return {
+        "rank": rank.rank,
+        "host": rank.host,
+        "pid": rank.meta.get("pid"),
+        "local_rank": rank.meta.get("local_rank"),
+        "iterations": int(max(iterations)) if iterations else 0,
+        "windows": rank.n_windows,
+        "iteration_ms": _stats(rank, "iteration_ms", "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms"),
+        "etl_ms": _stats(rank, "etl_ms", "etl_ms", "etl_ms", "etl_max_ms"),
+        "compute_ms": mean("compute_ms"),
+        "forward_ms": mean("forward_ms"),
+        "other_ms": mean("other_ms"),
+        "samples_per_sec": mean("samples_per_sec"),
+        "silent_since": silent_since,
+        "started": rank.meta.get("started"),
+        "ended": rank.meta.get("ended"),
+        "timeline_windows": rank.meta.get("timeline_windows"),
+        "timeline_capped": rank.meta.get("timeline_capped", False),
+        "skipped_lines": sum(rank.skipped.values()),
+    }
+
+
+def _figures(rank: Rank, k: int) -> RankFigures | None:
+    w = rank.windows
+    values = [w[key][k] for key in ("etl_ms", "compute_ms", "iteration_ms")]
+    if not all(math.isfinite(v) for v in values):
+        return None
+    other, forward = w["other_ms"][k], w["forward_ms"][k]
+    return RankFigures(rank.rank, int(w["window_iterations"][k]), values[0],
+                       forward if math.isfinite(forward) else None, values[1],
+                       other if math.isfinite(other) else 0.0, values[2])
+
+
+def _stragglers(ranks: Sequence[Rank]) -> tuple[list[dict[str, Any]], int]:
+    """Stragglers found window by window over the ranks that reported each window (warm-up left out)."""
+    by_iteration: dict[int, list[RankFigures]] = {}
+    for rank in ranks:
+        w = rank.windows
+        for k in range(rank.n_windows):
+            if w["warmup"][k]:
+                continue
+            f = _figures(rank, k)
+            if f is not None:
+                by_iteration.setdefault(int(w["iteration"][k]), []).append(f)
+    found: dict[tuple[int, str], list[Straggler]] = {}
+    analysed = 0
+    for figures in by_iteration.values():
+        if len(figures) < 2:
+            continue
+        analysed += 1
+        for s in find_stragglers(figures):
+            found.setdefault((s.rank, s.cause), []).append(s)
+    needed = max(1, math.ceil(0.1 * analysed))
+    out: list[dict[str, Any]] = []
+    for (who, cause), items in found.items():
+        if len(items) < needed:
+            continue
+        items.sort(key=lambda s: s.excess_ms)
+        typical = items[len(items) // 2]
+        out.append({"rank": who, "cause": cause, "excess_ms": _r(typical.excess_ms), "evidence": typical.evidence,
+                    "windows": len(items), "share": _r(len(items) / analysed, 3)})
+    out.sort(key=lambda s: (-int(s["windows"]), -float(s["excess_ms"] or 0.0)))
+    return out, analysed
+
+
+def _clocks(ranks: Sequence[Rank]) -> list[dict[str, Any]]:
+    out = []
+    for rank in ranks:
+        c = rank.clock
+        unc = _finite(c.uncertainties)
+        out.append({
+            "rank": rank.rank,
+            "status": c.status,
+            "offset_ms": _r(1000.0 * statistics.median(c.offsets)) if c.offsets else 0.0,
+            "uncertainty_ms": _r(1000.0 * max(unc)) if unc else None,
+            "drift_ms": _r(1000.0 * (c.offsets[-1] - c.offsets[0])) if c.offsets else None,
+            "estimates": len(c.times),
+        })
+    return out
+
+
+def _buckets(ranks: Sequence[Rank], start: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Throughput over time for the cluster and each rank's figures, at most :data:`MAX_POINTS` buckets."""
+    top = max((max(_finite(r.windows["iteration"]), default=0.0) for r in ranks), default=0.0)
+    distinct = max((r.n_windows for r in ranks), default=0)
+    n = max(1, min(MAX_POINTS, distinct))
+    width = top / n if top > 0 else 1.0
+    per_rank: list[dict[str, Any]] = []
+    cells: list[dict[int, list[float]]] = []
+    for rank in ranks:
+        w = rank.windows
+        acc: dict[int, list[float]] = {}  # bucket -> [t0, t1, iters, it*n, etl*n, compute*n, other*n, sps*n, n_sps]
+        for k in range(rank.n_windows):
+            b = min(n - 1, max(0, int((w["iteration"][k] - 1) // width)))
+            t1, ws, m = w["timestamp"][k], w["window_s"][k], w["window_iterations"][k]
+            if not (math.isfinite(t1) and math.isfinite(ws)):
+                continue
+            cell = acc.get(b)
+            if cell is None:
+                cell = acc[b] = [t1 - ws, t1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+            cell[0], cell[1] = min(cell[0], t1 - ws), max(cell[1], t1)
+            cell[2] += m
+            for slot, key in ((3, "iteration_ms"), (4, "etl_ms"), (5, "compute_ms"), (6, "other_ms")):
+                v = w[key][k]
+                cell[slot] += (v if math.isfinite(v) else 0.0) * m
+            sps = w["samples_per_sec"][k]
+            if math.isfinite(sps):
+                cell[7] += sps * ws
+                cell[8] += ws
+        cells.append(acc)
+        rows = []
+        for b in sorted(acc):
+            c = acc[b]
+            rows.append([_r(c[0] - start, 4), _r(c[1] - start, 4), _r(c[3] / c[2]), _r(c[4] / c[2]),
+                         _r(c[5] / c[2]), _r(c[6] / c[2])])
+        per_rank.append({"rank": rank.rank, "rows": rows})
+    cluster: list[dict[str, Any]] = []
+    for b in range(n):
+        here = [acc[b] for acc in cells if b in acc]
+        if not here:
+            continue
+        its = [c[3] / c[2] for c in here]
+        etls = [c[4] / c[2] for c in here]
+        rates = [c[7] / c[8] for c in here if c[8] > 0]
+        cluster.append({
+            "iteration": int(min(top, (b + 1) * width)),
+            "t": _r(max(c[1] for c in here) - start, 4),
+            "ranks": len(here),
+            "samples_per_sec": _r(sum(rates), 1) if rates else None,
+            "iteration_ms": {"median": _r(statistics.median(its)), "max": _r(max(its))},
+            "etl_ms": {"median": _r(statistics.median(etls)), "max": _r(max(etls))},
+        })
+    return cluster, per_rank
+
+
+def _slowest(ranks: Sequence[Rank], start: float) -> list[dict[str, Any]]:
+    """The slowest windows (longest mean iteration on any rank) that have spans, with every rank's spans."""
+    windows: dict[int, tuple[float, int, int]] = {}  # last iteration -> (slowest mean ms, its rank, iterations)
+    for rank in ranks:
+        if not len(rank.span_iter):
+            continue
+        w = rank.windows
+        for k in range(rank.n_windows):
+            ms, last, m = w["iteration_ms"][k], int(w["iteration"][k]), int(w["window_iterations"][k])
+            if not math.isfinite(ms) or not len(rank.spans_between(last - m + 1, last)):
+                continue
+            if last not in windows or ms > windows[last][0]:
+                windows[last] = (ms, rank.rank, m)
+    out: list[dict[str, Any]] = []
+    budget = MAX_SLOWEST_SPANS
+    for last, (ms, slow_rank, m) in sorted(windows.items(), key=lambda kv: -kv[1][0]):
+        if len(out) >= SLOWEST_WINDOWS:
+            break
+        first = last - m + 1
+        spans: list[list[Any]] = []
+        for rank in ranks:
+            for j in rank.spans_between(first, last):
+                spans.append([rank.rank, int(rank.span_phase[j]), _r(rank.span_t[j] - start, 6),
+                              _r(rank.span_d[j], 6), int(rank.span_iter[j])])
+        if len(spans) > budget:
+            continue
+        budget -= len(spans)
+        t0 = min((s[2] for s in spans), default=0.0)
+        t1 = max((s[2] + s[3] for s in spans), default=0.0)
+        out.append({"iteration_first": first, "iteration_last": last, "iteration_ms": _r(ms), "rank": slow_rank,
+                    "t0": t0, "t1": _r(t1, 6), "spans": spans})
+    return out
+
+
+def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
+    """The report of loaded, aligned ranks (see :func:`build_report`).
+
+    Args:
+        ranks: what :func:`trainperf._report._load.load_run` returned.
+    """
+    starts = [s for s in (_start(r) for r in ranks) if s is not None]
+    start = min(starts) if starts else 0.0
+    silent = _silent(ranks)
+    entries = [_rank_entry(r, silent.get(r.rank)) for r in ranks]
+    stragglers, analysed = _stragglers(ranks)
+    windows, rank_windows = _buckets(ranks, start)
+    whole = [RankFigures(e["rank"], e["iterations"], e["etl_ms"]["mean"], e["forward_ms"], e["compute_ms"],
+                         e["other_ms"] or 0.0, e["iteration_ms"]["mean"])
+             for e in entries if None not in (e["etl_ms"]["mean"], e["compute_ms"], e["iteration_ms"]["mean"])]
+    names = sorted({str(r.meta["run_name"]) for r in ranks if r.meta.get("run_name") is not None})
+    return {
+        "schema": REPORT_SCHEMA,
+        "run_name": names[0] if names else None,
+        "start": start,
+        "world_size": len(ranks),
+        "phases": list(TIMELINE_PHASES),
+        "cluster": cluster_line(whole) if whole else None,
+        "analysed_windows": analysed,
+        "ranks": entries,
+        "stragglers": stragglers,
+        "clocks": _clocks(ranks),
+        "silent": [{"rank": r, "since": t} for r, t in sorted(silent.items())],
+        "windows": windows,
+        "rank_windows": rank_windows,
+        "slowest": _slowest(ranks, start),
+    }

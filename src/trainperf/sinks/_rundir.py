@@ -1,0 +1,257 @@
+"""One rank's files under a run directory: meta, windows, a bounded timeline, clock estimates, events.
+
+The layout is documented in ``docs/distributed.md``; :func:`trainperf.build_report` reads it back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from .._atomic import atomic_write
+from .._record import PerformanceRecord
+from ._jsonlines import _json_default, _strict
+
+__all__ = ["RunDirSink", "RUN_DIR_SCHEMA", "TIMELINE_PHASES", "CLOCK_STATUSES", "rank_dir"]
+
+#: Version of the run directory layout, written in each rank's ``meta.json``.
+RUN_DIR_SCHEMA = 1
+#: Phases a timeline span can have, in the order an iteration's row lists them after the start.
+TIMELINE_PHASES = ("data", "forward", "backward", "step", "compute", "other", "report")
+#: What a clock estimate can say about a rank's offset to rank 0.
+CLOCK_STATUSES = ("reference", "aligned", "unknown")
+#: The row phases :meth:`RunDirSink.timeline` reads positionally after ``(iteration, start)``.
+_ROW_PHASES = ("data", "compute", "other")
+#: Order in which an iteration's phases follow each other on the timeline: the loop's own work
+#: (logging, evaluation) comes after the previous step, then the data wait, then the step.
+_ORDER = ("other", "data", "forward", "backward", "step", "compute", "report")
+
+
+def rank_dir(run_dir: str | os.PathLike[str], rank: int) -> Path:
+    """The folder of ``rank`` under ``run_dir``: ``RUN_DIR/rank-<rank>``."""
+    return Path(run_dir) / f"rank-{rank}"
+
+
+def _check_rank(name: str, value: object, *, optional: bool) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        kind = "a non-negative int or None" if optional else "a non-negative int"
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+    return value
+
+
+def _check_positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def _line(obj: Mapping[str, Any]) -> str:
+    return json.dumps(_strict(dict(obj)), default=_json_default, separators=(",", ":"), allow_nan=False) + "\n"
+
+
+class RunDirSink:
+    """Writes one rank's files under ``run_dir/rank-<rank>/`` (see ``docs/distributed.md``).
+
+    As a sink it appends each record to ``windows.jsonl``. :meth:`timeline` takes a window's
+    per-iteration rows and keeps full spans for a bounded number of windows: the first
+    ``slowest_kept`` windows, then any window slower (mean iteration time) than the
+    ``slowest_kept``-th slowest seen so far, so the slowest windows of the run always have their
+    detail, and never more than ``max_timeline_windows`` windows in all. :meth:`clock` and
+    :meth:`event` append clock estimates and cluster events. Every line is written with one
+    ``write`` and flushed, so after a crash the files read back up to their last complete line.
+    ``meta.json`` is rewritten whole at start and at :meth:`close` (with ``ended``).
+
+    Args:
+        run_dir: the run's folder; created when missing (with its parents).
+        rank: this process's rank.
+        local_rank: its rank on its host, when known.
+        world_size: the number of ranks, when known.
+        run_name: a name for the run, shown in the report.
+        max_timeline_windows: at most this many windows get full spans.
+        slowest_kept: how many of the slowest windows are always kept with detail.
+        wall_clock: seconds since the epoch, for ``started`` / ``ended`` and event times.
+
+    Example:
+        >>> sink = RunDirSink("runs/today", rank=0, world_size=4)  # doctest: +SKIP
+        >>> listener = PerformanceListener(100, sinks=[sink])  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        rank: int,
+        local_rank: int | None = None,
+        world_size: int | None = None,
+        run_name: str | None = None,
+        max_timeline_windows: int = 64,
+        slowest_kept: int = 8,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not isinstance(run_dir, (str, os.PathLike)):
+            raise TypeError(f"run_dir must be a str or os.PathLike, got {run_dir!r}")
+        self.rank: int = _check_rank("rank", rank, optional=False)  # type: ignore[assignment]
+        self.local_rank = _check_rank("local_rank", local_rank, optional=True)
+        self.world_size = _check_rank("world_size", world_size, optional=True)
+        if self.world_size is not None and self.world_size <= self.rank:
+            raise ValueError(f"world_size must be greater than rank {rank}, got {world_size!r}")
+        if run_name is not None and not isinstance(run_name, str):
+            raise TypeError(f"run_name must be a str or None, got {run_name!r}")
+        self.max_timeline_windows = _check_positive("max_timeline_windows", max_timeline_windows)
+        self.slowest_kept = _check_positive("slowest_kept", slowest_kept)
+        if not callable(wall_clock):
+            raise TypeError(f"wall_clock must be callable, got {wall_clock!r}")
+        self.run_name = run_name
+        self._wall_clock = wall_clock
+        self.path = rank_dir(run_dir, self.rank)
+        if self.path.exists() and not self.path.is_dir():
+            raise NotADirectoryError(f"run_dir {str(run_dir)!r}: {str(self.path)!r} is not a folder")
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._slowest: list[float] = []  # min-heap of the slowest window means seen so far
+        self.timeline_windows = 0
+        self.timeline_capped = False
+        self._meta: dict[str, Any] = {
+            "schema": RUN_DIR_SCHEMA, "rank": self.rank, "local_rank": self.local_rank,
+            "world_size": self.world_size, "host": socket.gethostname(), "pid": os.getpid(),
+            "run_name": run_name, "started": float(wall_clock()), "ended": None,
+        }
+        self._write_meta()
+        self._files: dict[str, IO[str]] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------------ files
+    def _write_meta(self) -> None:
+        text = json.dumps(_strict(self._meta), indent=1, allow_nan=False) + "\n"
+        atomic_write(self.path / "meta.json", lambda f: f.write(text))
+
+    def _append(self, name: str, text: str) -> None:
+        if self._closed:
+            raise ValueError(f"{self!r} is closed")
+        f = self._files.get(name)
+        if f is None:
+            f = self._files[name] = open(self.path / name, "a", encoding="utf-8")  # noqa: SIM115 - owned
+        f.write(text)
+        f.flush()
+
+    # ------------------------------------------------------------------ sink
+    def __call__(self, record: PerformanceRecord) -> None:
+        self._append("windows.jsonl", _line(record.to_dict()))
+
+    def timeline(self, rows: Iterable[Sequence[Any]]) -> bool:
+        """Write the spans of one window's iterations, when the window is kept with detail.
+
+        Args:
+            rows: one per iteration, oldest first: ``(iteration, start_wall_s, etl_s, compute_s,
+                other_s)``, optionally followed by a mapping of finer phases to seconds (say
+                ``{"forward": 0.01, "backward": 0.02, "step": 0.005}``, replacing ``compute``)
+                or ``{"report": s}`` for trainperf's own time. Phases of zero length are left out.
+
+        Returns:
+            Whether the window's spans were written.
+        """
+        rows = list(rows)
+        if not rows:
+            return False
+        mean_s = sum(float(r[2]) + float(r[3]) + float(r[4]) for r in rows) / len(rows)
+        if not self._keep(mean_s):
+            return False
+        out: list[str] = []
+        for row in rows:
+            iteration, start = int(row[0]), float(row[1])
+            phases: dict[str, float] = dict(zip(_ROW_PHASES, (float(x) for x in row[2:5]), strict=True))
+            if len(row) > 5 and isinstance(row[5], Mapping):
+                finer = {str(k): float(v) for k, v in row[5].items()}
+                if any(k in finer for k in ("forward", "backward", "step")):
+                    phases.pop("compute", None)
+                phases.update(finer)
+            t = start
+            for phase in _ORDER:
+                d = phases.get(phase, 0.0)
+                if d > 0.0:
+                    out.append(_line({"i": iteration, "ph": phase, "t": t, "d": d}))
+                    t += d
+        self._append("timeline.jsonl", "".join(out))
+        return True
+
+    def _keep(self, mean_s: float) -> bool:
+        """Whether a window of this mean iteration time gets full spans (and remember it)."""
+        heap = self._slowest
+        among_slowest = len(heap) < self.slowest_kept or mean_s > heap[0]
+        if len(heap) < self.slowest_kept:
+            heapq.heappush(heap, mean_s)
+        elif mean_s > heap[0]:
+            heapq.heapreplace(heap, mean_s)
+        if not among_slowest:
+            return False
+        if self.timeline_windows >= self.max_timeline_windows:
+            self.timeline_capped = True
+            return False
+        self.timeline_windows += 1
+        return True
+
+    def clock(self, t: float, offset_s: float | None, uncertainty_s: float | None, status: str) -> None:
+        """Record an estimate of this rank's clock offset to rank 0: aligned time = local + offset.
+
+        Args:
+            t: local wall time of the estimate, seconds since the epoch.
+            offset_s: seconds to add to this rank's wall times; ``None`` when unknown.
+            uncertainty_s: half the round trip of the best sample, ``None`` when unknown.
+            status: ``reference`` (rank 0 itself), ``aligned`` or ``unknown``.
+        """
+        if status not in CLOCK_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(CLOCK_STATUSES)}, got {status!r}")
+        for name, value in (("t", t), ("offset_s", offset_s), ("uncertainty_s", uncertainty_s)):
+            if value is None and name != "t":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a number{'' if name == 't' else ' or None'}, got {value!r}")
+        self._append("clock.jsonl", _line({"t": float(t), "offset_s": offset_s, "uncertainty_s": uncertainty_s,
+                                           "status": status}))
+
+    def event(self, event: Mapping[str, Any]) -> None:
+        """Append a cluster event to ``events.jsonl`` (rank 0 writes them), e.g.
+        ``{"kind": "silent", "rank": 3, "last_seen": 1700000000.0}``; ``t`` is added when missing.
+
+        Args:
+            event: a mapping with a string ``kind``.
+        """
+        if not isinstance(event, Mapping) or not isinstance(event.get("kind"), str):
+            raise ValueError(f"event must be a mapping with a str 'kind', got {event!r}")
+        data = dict(event)
+        data.setdefault("t", float(self._wall_clock()))
+        self._append("events.jsonl", _line(data))
+
+    # ------------------------------------------------------------------ teardown
+    def close(self) -> None:
+        """Close the files and write ``ended`` (and ``timeline_capped``) to ``meta.json``. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+        self._meta["ended"] = float(self._wall_clock())
+        self._meta["timeline_windows"] = self.timeline_windows
+        self._meta["timeline_capped"] = self.timeline_capped
+        self._write_meta()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> RunDirSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RunDirSink({str(self.path.parent)!r}, rank={self.rank})"
