@@ -34,9 +34,19 @@ def test_process_probe_reads_cpu_rss_and_the_workers_mean_cpu(clock):
     assert probe() == {"cpu_pct": 150.0, "rss_mb": 512.0, "workers_cpu_pct": 95.0}
 
 
+def test_process_probe_reads_at_most_once_a_second_and_repeats_its_last_reading(clock):
+    main = FakeProcess(1, [0.0, 10.0, 20.0, 30.0])
+    probe = ProcessProbe(main, clock=clock)
+    assert probe()["cpu_pct"] == 10.0
+    clock.advance(0.5)
+    assert probe()["cpu_pct"] == 10.0
+    clock.advance(0.5)
+    assert probe()["cpu_pct"] == 20.0
+
+
 def test_process_probe_looks_children_up_at_most_every_rescan_s(clock):
     main = FakeProcess(1, [0.0] * 10, children=[])
-    probe = ProcessProbe(main, rescan_s=5.0, clock=clock)
+    probe = ProcessProbe(main, min_interval_s=0.0, rescan_s=5.0, clock=clock)
     probe()
     clock.advance(1.0)
     probe()

@@ -20,7 +20,7 @@ from ._window import WindowFigures
 __all__: list[str] = []
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class HostWindow:
     """What the host measured of one closed window, kept until its device side is known.
 

@@ -39,24 +39,38 @@ _MB = 1024.0 * 1024.0
 class ProcessProbe:
     """CPU use of this process and of its children (DataLoader workers), and this process's RSS.
 
-    CPU shares are over the time since the previous read: the first read of a process gives 0.
-    Children are looked up again at most every ``rescan_s`` seconds (listing them walks every
-    process of the machine).
+    CPU shares are over the time since the previous reading: the first one of a process gives 0.
+    Readings are taken at most every ``min_interval_s`` seconds (each costs tens of microseconds
+    of ``/proc`` reads); a report sooner than that repeats the last one. Children are looked up
+    again at most every ``rescan_s`` seconds (listing them walks every process of the machine).
 
     Args:
         process: a ``psutil.Process`` (default: this one).
+        min_interval_s: seconds between two readings.
         rescan_s: seconds between two look-ups of the children.
         clock: monotonic clock, injectable for tests.
     """
 
-    def __init__(self, process: Any, *, rescan_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        process: Any,
+        *,
+        min_interval_s: float = 1.0,
+        rescan_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if rescan_s < 0:
             raise ValueError(f"rescan_s must not be negative, got {rescan_s!r}")
+        if min_interval_s < 0:
+            raise ValueError(f"min_interval_s must not be negative, got {min_interval_s!r}")
         self._process = process
+        self._min_interval_s = min_interval_s
         self._rescan_s = rescan_s
         self._clock = clock
         self._children: dict[int, Any] = {}
         self._scanned: float | None = None
+        self._read_at: float | None = None
+        self._last: dict[str, float | None] = {}
         process.cpu_percent(None)  # the first call starts the interval
 
     def _workers(self) -> list[Any]:
@@ -73,6 +87,10 @@ class ProcessProbe:
         return list(self._children.values())
 
     def __call__(self) -> dict[str, float | None]:
+        now = self._clock()
+        if self._read_at is not None and now - self._read_at < self._min_interval_s:
+            return self._last
+        self._read_at = now
         out: dict[str, float | None] = {"cpu_pct": float(self._process.cpu_percent(None))}
         out["rss_mb"] = self._process.memory_info().rss / _MB
         shares: list[float] = []
@@ -82,6 +100,7 @@ class ProcessProbe:
             except Exception:  # noqa: BLE001 - a worker that ended between two reads
                 self._children.pop(getattr(child, "pid", -1), None)
         out["workers_cpu_pct"] = sum(shares) / len(shares) if shares else None
+        self._last = out
         return out
 
 
