@@ -204,3 +204,14 @@ def test_set_timeline_refuses_what_is_not_a_timeline(clock):
     listener = PerformanceListener(2, sinks=[], clock=clock)
     with pytest.raises(TypeError, match=r"timeline must be a DeviceTimeline \(missing start, begin"):
         listener.set_timeline(5)
+
+
+def test_cpu_summary_says_what_free_data_would_gain(clock):
+    listener = PerformanceListener(2, sinks=[], clock=clock, report_hardware=False, verdict=False)
+    listener.start()
+    for _ in range(6):
+        clock.advance(0.01)
+        listener.record_iteration(samples=1, etl=0.0046)
+    summary = listener.summary()
+    assert summary.speedup_if_data_free == pytest.approx(1 / 0.54)
+    assert "data wait took 46% of the time: free data would make this run 1.85x faster" in str(summary)

@@ -153,3 +153,23 @@ def test_records_on_the_device_cover_consecutive_iterations(clock):
     spans = [(r.first_iteration, r.iteration) for r in lst.history]
     assert spans == [(1, 10), (11, 20), (21, 30), (31, 40), (41, 45)]
     assert timeline.calls["begin"] == timeline.calls["end"] == 45
+
+
+def test_summary_says_the_gain_in_words_on_the_device(clock):
+    hidden, _, _, _ = run(clock, load_s=12 * MS, work_s=33 * MS, sync=False)
+    assert "data: 12 ms per batch, hidden behind 33 ms of GPU work" in str(hidden.summary())
+    assert hidden.summary().speedup_if_data_free == pytest.approx(1.0)
+    starved, _, _, _ = run(clock, load_s=25 * MS, work_s=20 * MS, sync=True)
+    summary = starved.summary()
+    assert summary.speedup_if_data_free == pytest.approx(45.5 / 20.5)
+    assert "the GPU waited for data 55% of the time: free data would make this run 2.22x faster" in str(summary)
+    assert summary.to_dict()["device_idle_s"] == pytest.approx(summary.device_wall_s * 25 / 45.5)
+
+
+def test_summary_lists_host_bound_with_its_fixes(clock):
+    lst, _, _, _ = run(
+        clock, load_s=0.0, work_s=0.1 * MS, sync=False, launch_s=2 * MS, probe=lambda: {"gpu_utilization_pct": 5.0}
+    )
+    (bottleneck,) = lst.summary().bottlenecks
+    assert bottleneck.kind == "host-bound" and bottleneck.share == pytest.approx(100.0)
+    assert any("CUDA graph" in fix for fix in bottleneck.fixes)

@@ -204,6 +204,8 @@ def build_summary(
             ("host-bound", 0.0, 100.0, wall_s),
         ):
             share = 100.0 * seconds / over if over > 0 else 0.0
+            if kind == "host-bound" and verdict_counts.get(kind):  # no time of its own: its windows' share
+                share = 100.0 * verdict_counts[kind] / sum(verdict_counts.values())
             windows = verdict_counts.get(kind, 0)
             if share >= threshold / 2 or windows:
                 bottlenecks.append(Bottleneck(kind, share, windows, tuple(fixes(kind)[:FIXES_PER_BOTTLENECK])))
