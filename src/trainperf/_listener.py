@@ -465,7 +465,10 @@ class PerformanceListener:
             skipped: of those, steps skipped (a ``GradScaler`` that found inf/NaN gradients).
 
         Returns:
-            The record when this iteration closed a window, else ``None``.
+            The newest record built by this call, else ``None``. Without a device timeline that is
+            the record of the window this iteration closed; with one (CUDA), a window's record is
+            built on the first later iteration that finds the device done with it, so it may come
+            a few iterations late (its ``first_iteration`` and ``iteration`` say which it covers).
 
         Raises:
             ValueError, TypeError: an argument is not a count or a duration it can be (negative,
