@@ -254,3 +254,27 @@ def test_logger_rows_are_shared_with_the_modules_metrics_and_continue_after_resu
     with open(logger.log_dir + "/metrics.csv") as f:
         steps = [int(r["step"]) for r in csv.DictReader(f) if r.get("trainperf/etl_ms")]
     assert steps == [14, 19]  # after the checkpoint's step 10, not from 0 again
+
+
+def test_callback_on_a_device_timeline_never_waits_while_fitting(tmp_path):
+    """A fake device stands in for CUDA: a begin event per batch, an end per step, records for the
+    iterations they cover once the device is done, and one wait, at the end of the fit."""
+    from fake_device import FakeDevice, FakeTimeline, RealClock
+
+    device = FakeDevice(RealClock(), max_ahead_s=1.0)
+    timeline = FakeTimeline(device)
+
+    class DeviceModel(module_class(L.LightningModule)):
+        def training_step(self, batch, batch_idx):
+            device.launch(0.003)
+            return super().training_step(batch, batch_idx)
+
+    callback = PerformanceCallback(5, sinks=[], report_hardware=False, verdict=False,
+                                   timeline_factory=lambda dev: timeline)
+    trainer(L, callback, tmp_path, max_steps=20).fit(DeviceModel(), loader(n=20))
+    assert timeline.calls["begin"] == 20 and timeline.calls["end"] == 20
+    assert timeline.calls["wait"] <= 1
+    records = list(callback.history)
+    assert [(r.first_iteration, r.iteration) for r in records] == [(1, 5), (6, 10), (11, 15), (16, 20)]
+    assert all(r.device_idle_ms is not None and r.speedup_if_data_free is not None for r in records)
+    assert all(r.iteration_ms >= 2.9 for r in records[1:])

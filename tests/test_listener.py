@@ -223,34 +223,25 @@ def test_extra_collector_reports_deltas(clock):
     assert [(s.name, s.count, s.ms) for s in rec.gc] == [("cuda_alloc_retries", 2, None)]
 
 
-class FakeTimer:
-    def __init__(self):
-        self.marks = self.syncs = self.starts = 0
-        self.pending = []
+def test_device_timeline_never_waits_while_training_and_gives_device_times(clock):
+    from fake_device import FakeDevice, FakeTimeline
 
-    def start(self):
-        self.starts += 1
-
-    def mark(self):
-        self.marks += 1
-        self.pending.append(0.005)
-
-    def synchronize(self):
-        self.syncs += 1
-
-    def durations(self):
-        out, self.pending = self.pending, []
-        return out
-
-
-def test_device_timer_synchronises_only_on_reports_and_gives_durations(clock):
-    listener, _ = make(clock, 5)
-    timer = FakeTimer()
-    listener.set_timer(timer)
-    reports = run(listener, clock, [0.001] * 10)
-    assert timer.marks == 10
-    assert timer.syncs == 2
-    assert reports[-1].iteration_ms == pytest.approx(5.0)
+    listener, sink = make(clock, 5)
+    device = FakeDevice(clock)
+    timeline = FakeTimeline(device)
+    listener.set_timeline(timeline)
+    for _ in range(10):
+        clock.advance(0.006)
+        timeline.begin()
+        device.launch(0.005)
+        listener.record_iteration(samples=32)
+    listener.flush()
+    assert timeline.calls["end"] == 10
+    assert timeline.calls["wait"] == 1  # at the flush, never before
+    # the first iteration's device time counts from the timeline's start, 6 ms before its forward
+    assert [r.iteration_ms for r in sink.records] == [pytest.approx(7.0), pytest.approx(6.0)]
+    assert [r.device_idle_ms for r in sink.records] == [pytest.approx(2.0), pytest.approx(1.0)]
+    assert [r.device_idle_max_ms for r in sink.records] == [pytest.approx(6.0), pytest.approx(1.0)]
 
 
 def test_verdict_marks_input_bound_and_warns_once(clock):

@@ -263,25 +263,6 @@ def test_unknown_batch_size_omits_samples_with_one_warning():
     assert all(r.samples_per_sec is None for r in lst.history)
 
 
-class FakeTimer:
-    def __init__(self, device):
-        self.syncs_at = []
-        self.marks = 0
-        self.n = 0
-
-    def start(self):
-        pass
-
-    def mark(self):
-        self.marks += 1
-
-    def synchronize(self):
-        self.syncs_at.append(self.marks)
-
-    def durations(self):
-        return [0.002] * 5
-
-
 class CountingLoss(torch.Tensor):
     reads = 0
 
@@ -290,21 +271,31 @@ class CountingLoss(torch.Tensor):
         return super().__float__()
 
 
-def test_device_path_synchronises_and_reads_score_only_on_reports():
-    """A fake device timer stands in for CUDA events: synchronisation happens once per report."""
+def test_device_path_records_two_events_per_iteration_and_never_waits_while_training(clock):
+    """A fake device timeline stands in for CUDA events: a begin at the first forward, an end at the
+    step, the score staged on report iterations, one wait at the close."""
+    from fake_device import FakeDevice, FakeTimeline
+
     model = Net()
-    timers = []
-    lst = listener(5, report_score=True)
-    attach(model, lst, timer_factory=lambda dev: timers.append(FakeTimer(dev)) or timers[-1])
+    timelines = []
+    lst = PerformanceListener(5, sinks=[], clock=clock, report_score=True, report_hardware=False, verdict=False)
+    device = FakeDevice(clock)
+    attach(model, lst, timeline_factory=lambda dev: timelines.append(FakeTimeline(device)) or timelines[-1])
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     CountingLoss.reads = 0
     for x, y in data(10):
+        clock.advance(0.003)
+        device.launch(0.004)  # the step's device work, still running when the step returns
         loss = step(model, opt, x, y)
         model.set_score(loss.detach().as_subclass(CountingLoss))
-    (timer,) = timers
-    assert timer.marks == 10
-    assert timer.syncs_at == [5, 10]
-    assert [r.iteration_ms for r in lst.history] == [pytest.approx(2.0)] * 2
+    (timeline,) = timelines
+    assert timeline.calls["begin"] == 10 and timeline.calls["end"] == 10
+    assert timeline.calls["stage"] == 2 and timeline.calls["wait"] == 0
+    assert [r.iteration for r in lst.history] == [5]  # the second window waits for the device
+    lst.close()
+    assert timeline.calls["wait"] == 1
+    assert [(r.first_iteration, r.iteration) for r in lst.history] == [(1, 5), (6, 10)]
+    assert CountingLoss.reads == 2
 
 
 def test_timed_needs_a_target_and_keeps_len():

@@ -2,11 +2,12 @@
 
 from ._doctor import Check, DoctorReport, doctor
 from ._format import format_line
-from ._listener import BottleneckWarning, IterationTimer, PerformanceListener
+from ._listener import BottleneckWarning, PerformanceListener
 from ._logs import ParsedLog, parse_log, plot
 from ._record import SCHEMA_VERSION, GCStat, PerformanceRecord, Verdict
 from ._report import build_report
 from ._summary import RunSummary
+from ._timeline import DeviceTimeline
 from .sinks import LoggingSink, MemorySink, RunDirSink, Sink, SinkError
 
 __version__ = "0.1.0"
@@ -16,9 +17,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "BottleneckWarning",
     "Check",
+    "DeviceTimeline",
     "DoctorReport",
     "GCStat",
-    "IterationTimer",
     "LoggingSink",
     "MemorySink",
     "ParsedLog",

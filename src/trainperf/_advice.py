@@ -17,6 +17,11 @@ DEFAULT_FIXES: dict[str, tuple[str, ...]] = {
         "time the loop's own work between optimizer.step() and the next batch (validation, checkpoints, "
         "printing): that is where this time goes",
     ),
+    "host-bound": (
+        "give the GPU more work per launch: a bigger batch (scale the learning rate with it)",
+        "fuse the step's small kernels with torch.compile(model) (mode='reduce-overhead' also uses CUDA graphs)",
+        "capture the whole step in a CUDA graph (torch.cuda.graphs) so the host launches it once",
+    ),
     "gc-bound": (
         "call gc.freeze() after building the model and data so long-lived objects leave the young generations",
         "raise the generation-0 threshold, e.g. gc.set_threshold(50_000, 50, 100)",

@@ -67,6 +67,8 @@ TRAINPERF_FIELDS = (
     LineField("iteration_max_ms", "max: ", " ms", decimals=MS_DECIMALS),
     LineField("etl_max_ms", "ETL max: ", " ms", decimals=MS_DECIMALS),
     LineField("other_ms", "other: ", " ms", hide_zero=True, decimals=MS_DECIMALS),
+    LineField("device_idle_ms", "GPU idle: ", " ms", decimals=MS_DECIMALS),
+    LineField("speedup_if_data_free", "free data: ", "x faster", decimals=MS_DECIMALS),
     LineField("skipped_steps", "skipped steps: ", integer=True, hide_zero=True),
     LineField("epoch", "epoch: ", integer=True),
     LineField("rank", "rank: ", integer=True),

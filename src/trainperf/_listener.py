@@ -12,21 +12,24 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ._advice import DEFAULT_FIXES
 from ._check import check_bool, check_callable, check_int, check_seconds, check_str, is_int
+from ._deferred import HostWindow, PendingWindows
 from ._gc import GCMonitor
+from ._hardware import Probe, process_probe, read_probes, worker_tips
 from ._record import GCStat, PerformanceRecord, Verdict
 from ._run_dir import open_run_dir, write_timeline
 from ._summary import RunSummary, build_summary
-from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds, judge
-from ._window import WindowEntry, WindowFigures, window_figures
+from ._timeline import DeviceTimeline, DeviceWindow, speedup
+from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds, judge, judge_device
+from ._window import WindowEntry, WindowFigures, percentile, window_figures
 from .sinks._base import FanOut, Sink, SinkError
 from .sinks._logging import LoggingSink
 from .sinks._memory import MemorySink
 
-__all__ = ["PerformanceListener", "IterationTimer", "BottleneckWarning"]
+__all__ = ["PerformanceListener", "BottleneckWarning"]
 
 Collector = Callable[[], tuple[int, float | None]]
 Advisor = Callable[[str], Sequence[str]]
@@ -40,6 +43,10 @@ class _RunTotals:
     etl_s: float = 0.0
     gc_s: float = 0.0
     other_s: float = 0.0
+    data_free_s: float = 0.0  # what free data would have removed (the data wait; on CUDA, device idle for it)
+    gc_free_s: float = 0.0
+    device_wall_s: float | None = None  # device time of the windows, on CUDA
+    device_idle_s: float = 0.0
     samples: int = 0
     iterations: int = 0
     verdict_counts: dict[str, int] = field(default_factory=dict)
@@ -49,20 +56,7 @@ class BottleneckWarning(UserWarning):
     """Issued once per run, the first time a window's verdict turns bad."""
 
 
-class IterationTimer(Protocol):
-    """Per-iteration timing from another clock than the host's (CUDA events, for instance).
-
-    ``mark`` runs every iteration and must not synchronise; ``synchronize`` and ``durations``
-    run only when a window is reported.
-    """
-
-    def start(self) -> None: ...
-
-    def mark(self) -> None: ...
-
-    def synchronize(self) -> None: ...
-
-    def durations(self) -> list[float]: ...
+_TIMELINE_METHODS = ("start", "begin", "end", "ready", "take", "wait", "stage")
 
 
 def _check_share(name: str, value: object) -> float:
@@ -109,6 +103,16 @@ _CLOSED = -2
 
 def _nothing() -> None:
     return None
+
+
+def _read_score(score: Any) -> float | None:
+    """The loss as a float (``float()`` of a tensor that has reached the host), ``None`` when unreadable."""
+    if score is None:
+        return None
+    try:
+        return float(score)
+    except (TypeError, ValueError, RuntimeError):
+        return None
 
 
 def _bad_iteration(
@@ -195,6 +199,9 @@ class PerformanceListener:
             this many reports and logs which rank holds the others back, and why.
         cluster_timeout_s: the longest a rank waits for another in that exchange; a rank that does
             not answer in time is reported silent and left out from then on.
+        report_hardware: read this process's CPU use and RSS and its loader workers' CPU use on
+            report iterations (needs ``psutil``; without it those fields are ``None``). Adapters
+            add the device's probes (CUDA memory peaks, NVML utilisation).
 
     Example:
         >>> listener = PerformanceListener(10, report_gc=True)
@@ -227,6 +234,7 @@ class PerformanceListener:
         run_dir: str | os.PathLike[str] | None = None,
         cluster_every: int = 10,
         cluster_timeout_s: float = 30.0,
+        report_hardware: bool = True,
     ) -> None:
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
             raise ValueError(f"frequency must be a positive int, got {frequency!r}")
@@ -280,11 +288,23 @@ class PerformanceListener:
         self._overhead_s = 0.0
         self._shared = False
         self._lock = threading.RLock()
-        self._timer: IterationTimer | None = None
+        self._timeline: DeviceTimeline | None = None
+        self._pending: PendingWindows | None = None
+        self._excluded: dict[int, float] = {}  # iteration index -> host seconds left out before it
+        self._probes: list[Probe] = []
+        self.report_hardware = check_bool("report_hardware", report_hardware)
+        if self.report_hardware:
+            probe = process_probe()
+            if probe is not None:
+                self._probes.append(probe)
+        self._last_hardware: dict[str, float | None] = {}
+        self._window_end = 0
+        self._first_iteration = 1
         self._warned_verdicts: set[str] = set()
         self._said: set[str] = set()
         self._times: dict[str, float] = {}
         self._deferred: list[str] = []
+        self._bad_verdicts: list[Verdict] = []
         self._closed = False
         self._explicit_etl = False
         self._pending_etl = 0.0
@@ -334,12 +354,13 @@ class PerformanceListener:
         """The process rank that later records carry (adapters call it when they find a process group)."""
         self.rank = check_int("rank", rank, optional=True)
 
-    def use_device(self, index: int | None, timer: IterationTimer | None = None) -> None:
+    def use_device(self, index: int | None, timeline: DeviceTimeline | None = None) -> None:
         """The model runs on device ``index`` (a CUDA ordinal): later records carry it, and with a
-        ``timer`` the iteration times come from that device's clock (see :meth:`set_timer`)."""
+        ``timeline`` the iteration times and the device's idle time come from that device's clock
+        (see :meth:`set_timeline`)."""
         self.device = check_int("index", index, optional=True)
-        if timer is not None:
-            self.set_timer(timer)
+        if timeline is not None:
+            self.set_timeline(timeline)
 
     def add_collector(self, name: str, read: Collector) -> None:
         """Report another collector beside Python's generations.
@@ -356,16 +377,42 @@ class PerformanceListener:
         """Register a function that, given a bad verdict's kind, names fixes it can see (adapters use this)."""
         self._advisors.append(check_callable("advisor", advisor))
 
-    def set_timer(self, timer: IterationTimer | None) -> None:
-        """Take per-iteration durations from ``timer`` (CUDA events, say) instead of the host clock."""
-        if timer is not None:
-            needed = ("start", "mark", "synchronize", "durations")
-            missing = [m for m in needed if not callable(getattr(timer, m, None))]
+    def set_timeline(self, timeline: DeviceTimeline | None) -> None:
+        """Take iteration times and the device's idle time from ``timeline`` (CUDA events, say).
+
+        The listener then never waits for the device while training: a window's record is built
+        once the device has finished the window's work (polled on later iterations), so it may
+        arrive a few iterations after the window closed; :meth:`flush` and :meth:`close` wait once.
+
+        Args:
+            timeline: a :class:`~trainperf.DeviceTimeline`, or ``None`` for the host clock alone.
+        """
+        if timeline is not None:
+            missing = [m for m in _TIMELINE_METHODS if not callable(getattr(timeline, m, None))]
             if missing:
-                raise TypeError(f"timer must be an IterationTimer (missing {', '.join(missing)}), got {timer!r}")
-        self._timer = timer
-        if timer is not None:
-            timer.start()
+                raise TypeError(
+                    f"timeline must be a DeviceTimeline (missing {', '.join(missing)}), got {timeline!r}"
+                )
+        with self._lock:
+            self._emit_all(self._drain())
+            self._timeline = timeline
+            self._pending = PendingWindows(timeline) if timeline is not None else None
+            if timeline is not None:
+                timeline.start()
+
+    @property
+    def timeline(self) -> DeviceTimeline | None:
+        """The device clock set with :meth:`set_timeline` (adapters call its ``begin``)."""
+        return self._timeline
+
+    def add_probe(self, probe: Probe) -> None:
+        """Read some of the records' hardware fields on report iterations.
+
+        Args:
+            probe: returns a mapping of field names (``cuda_allocated_max_mb``, ``gpu_utilization_pct``,
+                ``cpu_pct``, ...) to numbers or ``None``; called once per report, never in between.
+        """
+        self._probes.append(check_callable("probe", probe, "a callable returning a mapping of figures"))
 
     def on_close(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` when the listener closes (adapters remove their hooks this way)."""
@@ -379,9 +426,11 @@ class PerformanceListener:
             self._gc_prev = self._gc.snapshot()
         self._collectors = [(name, read, read()) for name, read, _ in self._collectors]
         self._started = True
+        with self._lock:
+            self._emit_all(self._drain())
         self._reset_window(self._clock(), first=self._count == 0)
-        if self._timer is not None:
-            self._timer.start()
+        if self._timeline is not None:
+            self._timeline.start()
 
     def add_etl(self, seconds: float) -> None:
         """Add data-loading wait measured by a loader wrapper to the current iteration.
@@ -436,7 +485,10 @@ class PerformanceListener:
             skipped: of those, steps skipped (a ``GradScaler`` that found inf/NaN gradients).
 
         Returns:
-            The record when this iteration closed a window, else ``None``.
+            The newest record built by this call, else ``None``. Without a device timeline that is
+            the record of the window this iteration closed; with one (CUDA), a window's record is
+            built on the first later iteration that finds the device done with it, so it may come
+            a few iterations late (its ``first_iteration`` and ``iteration`` say which it covers).
 
         Raises:
             ValueError, TypeError: an argument is not a count or a duration it can be (negative,
@@ -463,12 +515,12 @@ class PerformanceListener:
             self._explicit_etl = False
         if score is not None:
             self._score = score
-        if self._timer is not None:
-            self._timer.mark()
         count = self._count + 1
         self._count = count
         if count < self._next_report:
             self._window.append((self._clock(), etl, started, samples, batches, other, steps, skipped))
+            if self._timeline is not None:
+                self._timeline.end()
             return None
         return self._report((self._clock(), etl, started, samples, batches, other, steps, skipped))
 
@@ -525,6 +577,11 @@ class PerformanceListener:
         seconds = check_seconds("seconds", seconds)
         if seconds == 0.0:
             return
+        if self._timeline is not None:  # the device's work then is not idle time of the next iteration
+            self._excluded[self._count] = self._excluded.get(self._count, 0.0) + seconds
+        self._shift(seconds)
+
+    def _shift(self, seconds: float) -> None:
         self._window_start += seconds
         self._window = [
             (end + seconds, etl, None if started is None else started + seconds, samples, batches, other, steps, skip)
@@ -536,101 +593,206 @@ class PerformanceListener:
         self._window_start = now
         self._window = []
         self._score = None
-        self._next_report = self._count + self.frequency
+        self._window_end = self._count + self.frequency
+        # While windows wait for the device, every iteration takes the report path to poll it.
+        self._next_report = self._count + 1 if self._pending else self._window_end
+        self._first_iteration = self._count + 1
         self._warmup = first
 
     def _report(self, last: WindowEntry) -> PerformanceRecord | None:
         with self._lock:  # another thread's first call waits for a report to end
-            if self._count < self._next_report or last[0] < self._window_start:
-                # This call passed the unlocked check just before a second thread took over and
-                # reported the window it would have closed: it joins the next window instead.
+            closes = not (self._count < self._window_end or last[0] < self._window_start)
+            timeline = self._timeline
+            if timeline is not None:
+                if closes and self.report_score and self._score is not None:
+                    # Copied to the host behind the step's work; read once the end event completed.
+                    self._score = timeline.stage(self._score)
+                timeline.end()
+            if not closes:
+                # An iteration polling windows that wait for the device; or one that passed the
+                # unlocked check just before a second thread took over and reported the window it
+                # would have closed: it joins the next window instead.
                 self._window.append((max(last[0], self._window_start), *last[1:]))
-                return None
+                return self._poll_pending()
             return self._report_locked(last)
 
-    def _report_locked(self, last: WindowEntry) -> PerformanceRecord:
-        timer = self._timer
-        if timer is not None:
-            timer.synchronize()
+    def _report_locked(self, last: WindowEntry) -> PerformanceRecord | None:
+        """Close the window that ``last`` ends. Its record is built now, or, with a device timeline,
+        once the device has done the window's work; returns the newest record built by this call."""
         now = last[0]
         window_start = self._window_start
         window = self._window
         window.append(last)
-        figures = window_figures(self._window_start, window, timer.durations() if timer is not None else None)
+        figures = window_figures(window_start, window)
+        gc_stats, gc_s = self._collect_gc()
+        host = HostWindow(
+            first_iteration=self._first_iteration,
+            iteration=self._count,
+            figures=figures,
+            warmup=self._warmup,
+            timestamp=self._wall_clock(),
+            gc=gc_stats,
+            gc_s=gc_s,
+            score=self._score,
+            epoch=self.epoch,
+            rank=self.rank,
+            device=self.device,
+            overhead_s=self._overhead_s,
+            times=self._take_times(figures.iterations),
+            etl_source=self._etl_source(figures),
+            hardware=read_probes(self._probes, self._warn_once) if self._probes else {},
+            excluded=self._take_excluded(figures.iterations),
+        )
+        pending = self._pending
+        record: PerformanceRecord | None = None
+        try:
+            if pending is None:
+                record = self._emit(host, None)
+            else:
+                pending.add(host)
+                record = self._emit_all(pending.poll())
+            if self._run_dir is not None:  # the window's host timeline, once its iterations are known
+                write_timeline(self._run_dir, window_start, window, host.iteration)
+        finally:
+            # The report's own time (building the record, the sinks) belongs to no window of the
+            # user's: the next one starts now, and its record says what this report cost.
+            self._reset_window(self._clock(), first=False)
+            self._overhead_s = self._window_start - now
+        self._say_deferred()
+        return record
+
+    def _take_excluded(self, iterations: int) -> tuple[float, ...]:
+        """Per iteration of the window just closed, the host seconds left out before it."""
+        if not self._excluded:
+            return ()
+        first = self._count - iterations
+        out = tuple(self._excluded.pop(i, 0.0) for i in range(first, self._count))
+        self._excluded = {i: s for i, s in self._excluded.items() if i >= self._count}
+        return out
+
+    def _poll_pending(self) -> PerformanceRecord | None:
+        """Build the records of windows whose device work has completed; called with the lock held
+        on the iterations after a window closed, while some wait. Its cost is left out of the window."""
+        pending = self._pending
+        if pending is None:
+            self._next_report = self._window_end
+            return None
+        done = pending.poll()
+        if not pending:
+            self._next_report = self._window_end
+        if not done:
+            return None
+        started = self._clock()
+        try:
+            record = self._emit_all(done)
+        finally:
+            spent = self._clock() - started
+            self._shift(spent)
+            self._overhead_s += spent
+        self._say_deferred()
+        return record
+
+    def _drain(self) -> list[tuple[HostWindow, DeviceWindow]]:
+        """Every window still waiting for the device, after waiting for it once (end of training)."""
+        pending = self._pending
+        done = pending.drain() if pending is not None and len(pending) else []
+        self._next_report = self._window_end
+        return done
+
+    def _emit_all(self, done: list[tuple[HostWindow, DeviceWindow]]) -> PerformanceRecord | None:
+        record = None
+        for host, device in done:
+            record = self._emit(host, device)
+        return record
+
+    def _emit(self, host: HostWindow, device: DeviceWindow | None) -> PerformanceRecord:
+        """Build the record of a window from its host side and, on an asynchronous device, its
+        device side, and send it to every sink."""
+        figures = host.figures
         n = figures.iterations
         window_s = figures.window_s
         etl_s = figures.etl_s
-        samples = figures.samples
-        gc_stats, gc_s = self._collect_gc()
-        verdict = judge(window_s, etl_s, gc_s, figures.other_s, self.thresholds) if self.verdict else None
+        gc_s = host.gc_s
+        hardware = host.hardware
+        durations: tuple[float, ...] | list[float] = figures.durations
+        if device is None:
+            data_free_s, gc_free_s, base_s = etl_s, gc_s, window_s
+            verdict = judge(window_s, etl_s, gc_s, figures.other_s, self.thresholds) if self.verdict else None
+        else:
+            durations = sorted(device.durations)
+            base_s = device.window_s
+            data_free_s = device.data_idle_s(figures.etls)
+            gc_free_s = min(gc_s, max(0.0, device.idle_s - data_free_s))
+            verdict = judge_device(
+                base_s, device.idle_s, data_free_s, etl_s, gc_s, figures.other_s, iterations=n,
+                utilization=hardware.get("gpu_utilization_pct"), thresholds=self.thresholds,
+            ) if self.verdict else None
+        mean_s = sum(durations) / n
         record = PerformanceRecord(
-            iteration=self._count,
+            iteration=host.iteration,
             window_iterations=n,
             window_s=window_s,
-            warmup=self._warmup,
-            timestamp=self._wall_clock(),
+            warmup=host.warmup,
+            timestamp=host.timestamp,
             etl_ms=1000.0 * etl_s / n if self.report_etl else None,
             etl_max_ms=1000.0 * figures.etl_max_s if self.report_etl else None,
-            iteration_ms=1000.0 * figures.mean_s if self.report_time else None,
-            iteration_p50_ms=1000.0 * figures.percentile_s(50) if self.report_iteration else None,
-            iteration_p95_ms=1000.0 * figures.percentile_s(95) if self.report_iteration else None,
-            iteration_max_ms=1000.0 * figures.max_s if self.report_iteration else None,
+            iteration_ms=1000.0 * mean_s if self.report_time else None,
+            iteration_p50_ms=1000.0 * percentile(durations, 50) if self.report_iteration else None,
+            iteration_p95_ms=1000.0 * percentile(durations, 95) if self.report_iteration else None,
+            iteration_max_ms=1000.0 * durations[-1] if self.report_iteration else None,
             samples_per_sec=figures.samples_per_sec if self.report_sample else None,
             batches_per_sec=figures.batches_per_sec if self.report_batch else None,
-            score=self._read_score() if self.report_score else None,
-            gc=gc_stats,
-            epoch=self.epoch,
+            score=_read_score(host.score) if self.report_score else None,
+            gc=host.gc,
+            epoch=host.epoch,
             host=self.host,
             pid=self.pid,
-            rank=self.rank,
-            device=self.device,
+            rank=host.rank,
+            device=host.device,
             verdict=verdict,
-            samples=samples,
+            samples=figures.samples,
             batches=figures.batches,
             etl_total_ms=1000.0 * etl_s,
             compute_ms=1000.0 * figures.compute_s / n,
             other_ms=1000.0 * figures.other_s / n,
             optimizer_steps=figures.steps,
             skipped_steps=figures.skipped,
-            etl_source=self._etl_source(figures),
+            etl_source=host.etl_source,
             gc_total_ms=1000.0 * gc_s if self._gc is not None else None,
-            overhead_ms=1000.0 * self._overhead_s,
-            extra=self._take_times(n),
+            overhead_ms=1000.0 * host.overhead_s,
+            extra=dict(host.times),
+            first_iteration=host.first_iteration,
+            device_idle_ms=1000.0 * device.idle_mean_s if device is not None else None,
+            device_idle_max_ms=1000.0 * device.idle_max_s if device is not None else None,
+            speedup_if_data_free=speedup(base_s, data_free_s),
+            speedup_if_gc_free=speedup(base_s, gc_free_s),
+            **hardware,  # keys are checked against HARDWARE_FIELDS
         )
-        self._accumulate(record, figures, gc_s)
-        try:
-            self.history(record)
-            self._fanout(record)  # every sink gets the record before a SinkError can leave
-            if self._run_dir is not None:
-                write_timeline(self._run_dir, window_start, window, record.iteration)
-        finally:
-            # The report's own time (building the record, the sinks) belongs to no window of the
-            # user's: the next one starts now, and its record says what this report cost.
-            self._reset_window(self._clock(), first=False)
-            self._overhead_s = self._window_start - now
-        if samples is None and self.report_sample:
+        if hardware:
+            self._last_hardware = hardware
+        self._accumulate(record, figures, gc_s, data_free_s, gc_free_s, device)
+        if figures.samples is None and self.report_sample:
             self._warn_once("could not find the batch size; samples/sec is left out for this run")
+        if verdict is not None and verdict.kind != "fine" and not record.warmup:
+            self._bad_verdicts.append(verdict)
+        self.history(record)
+        self._fanout(record)  # every sink gets the record before a SinkError can leave
+        return record
+
+    def _say_deferred(self) -> None:
+        """Issue the warnings of the records just built, once they have reached every sink."""
         deferred, self._deferred = self._deferred, []
         for message in deferred:
             warnings.warn(f"trainperf: {message}", RuntimeWarning, stacklevel=_user_stacklevel())
-        if verdict is not None and verdict.kind != "fine" and not record.warmup:
+        verdicts, self._bad_verdicts = self._bad_verdicts, []
+        for verdict in verdicts:
             self._warn_verdict(verdict)
-        return record
 
     def _take_times(self, n: int) -> dict[str, float]:
         if not self._times:
             return {}
         times, self._times = self._times, {}
         return {f"{name}_ms": 1000.0 * seconds / n for name, seconds in times.items()}
-
-    def _read_score(self) -> float | None:
-        score = self._score
-        if score is None:
-            return None
-        try:
-            return float(score)
-        except (TypeError, ValueError, RuntimeError):
-            return None
 
     def _collect_gc(self) -> tuple[tuple[GCStat, ...], float]:
         stats: list[GCStat] = []
@@ -658,10 +820,23 @@ class PerformanceListener:
             return self._explicit_source
         return "gap" if figures.etl_from_gap == figures.iterations else f"{self._explicit_source}+gap"
 
-    def _accumulate(self, record: PerformanceRecord, figures: WindowFigures, gc_s: float) -> None:
+    def _accumulate(
+        self,
+        record: PerformanceRecord,
+        figures: WindowFigures,
+        gc_s: float,
+        data_free_s: float,
+        gc_free_s: float,
+        device: DeviceWindow | None,
+    ) -> None:
         if record.warmup:
             return
         totals = self._totals
+        totals.data_free_s += data_free_s
+        totals.gc_free_s += gc_free_s
+        if device is not None:
+            totals.device_wall_s = (totals.device_wall_s or 0.0) + device.window_s
+            totals.device_idle_s += device.idle_s
         totals.wall_s += record.window_s
         totals.etl_s += figures.etl_s
         totals.other_s += figures.other_s
@@ -675,6 +850,8 @@ class PerformanceListener:
     def fixes_for(self, kind: str) -> list[str]:
         """Fixes for a bad verdict: first what the adapters can see, then the general ones."""
         specific: list[str] = []
+        if kind == "input-bound":
+            specific.extend(worker_tips(self._last_hardware.get("workers_cpu_pct")))
         for advisor in self._advisors:
             try:
                 specific.extend(advisor(kind))
@@ -715,17 +892,22 @@ class PerformanceListener:
             thresholds=self.thresholds,
             total_iterations=self._count,
             fixes=self.fixes_for,
+            data_free_s=totals.data_free_s,
+            gc_free_s=totals.gc_free_s,
+            device_wall_s=totals.device_wall_s,
+            device_idle_s=totals.device_idle_s,
         )
 
     # ------------------------------------------------------------------ teardown
     def flush(self) -> PerformanceRecord | None:
-        """Report the iterations since the last report now, if there are any (end of training).
-        On a closed listener there are none: it returns ``None``."""
+        """Report the iterations since the last report now, if there are any (end of training),
+        and every window still waiting for the device, after waiting for it once. Returns the
+        newest record built. On a closed listener there are none: it returns ``None``."""
         with self._lock:
             self._claim()
-            if self._window and not self._closed:
-                return self._report_locked(self._window.pop())
-        return None
+            if self._closed:
+                return None
+            return self._flush_unlocked()
 
     def close(self) -> None:
         """Report what is left of the last window (see :meth:`flush`), remove hooks and the
@@ -762,9 +944,22 @@ class PerformanceListener:
                 for failure in failures:
                     warnings.warn(f"trainperf: while closing, {failure}", SinkError, stacklevel=2)
 
-    def _flush_unlocked(self) -> None:
-        if self._window and not self._closed:
-            self._report_locked(self._window.pop())
+    def _flush_unlocked(self) -> PerformanceRecord | None:
+        if self._closed:
+            return None
+        record = None
+        if self._window:
+            if self._timeline is not None and self.report_score and self._score is not None:
+                self._score = self._timeline.stage(self._score)  # read after the wait below
+            record = self._report_locked(self._window.pop())
+        if self._pending is not None and len(self._pending):
+            started = self._clock()
+            try:
+                record = self._emit_all(self._drain()) or record
+            finally:
+                self._overhead_s += self._clock() - started
+            self._say_deferred()
+        return record
 
     def _claim(self) -> None:
         """Called, with the lock held, by the methods that change the window from outside the hot

@@ -36,7 +36,7 @@ class GCStat:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What limits the window: ``input-bound``, ``gc-bound`` or ``fine``.
+    """What limits the window: ``input-bound``, ``gc-bound``, ``loop-bound``, ``host-bound`` (CUDA) or ``fine``.
 
     Args:
         kind: the verdict.
@@ -91,6 +91,18 @@ class PerformanceRecord:
     skipped_steps: int = 0
     etl_source: str | None = None
     overhead_ms: float | None = field(default=None, metadata=_METRIC)
+    first_iteration: int | None = None
+    device_idle_ms: float | None = field(default=None, metadata=_METRIC)
+    device_idle_max_ms: float | None = field(default=None, metadata=_METRIC)
+    speedup_if_data_free: float | None = field(default=None, metadata=_METRIC)
+    speedup_if_gc_free: float | None = field(default=None, metadata=_METRIC)
+    cuda_allocated_max_mb: float | None = field(default=None, metadata=_METRIC)
+    cuda_reserved_max_mb: float | None = field(default=None, metadata=_METRIC)
+    gpu_utilization_pct: float | None = field(default=None, metadata=_METRIC)
+    gpu_memory_used_mb: float | None = field(default=None, metadata=_METRIC)
+    cpu_pct: float | None = field(default=None, metadata=_METRIC)
+    workers_cpu_pct: float | None = field(default=None, metadata=_METRIC)
+    rss_mb: float | None = field(default=None, metadata=_METRIC)
     verdict: Verdict | None = None
     extra: dict[str, float] = field(default_factory=dict)
 

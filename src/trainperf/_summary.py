@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ._timeline import speedup
 from ._verdict import DEFAULT_THRESHOLDS, Thresholds, loop_work_s
 
 __all__ = ["RunSummary", "build_summary"]
@@ -28,7 +29,10 @@ class RunSummary:
     """Time split of a run (after the warm-up window), its bottlenecks and their fixes.
 
     ``recommendations`` holds every bottleneck's fixes, the largest bottleneck's first.
-    ``total_iterations`` counts the warm-up window too.
+    ``total_iterations`` counts the warm-up window too. ``data_free_s`` and ``gc_free_s`` are the
+    time that free data and GC-free training would have saved (on CUDA: the device's idle time
+    spent waiting for them); ``device_wall_s`` and ``device_idle_s`` are the device's time and its
+    idle time between steps, on CUDA only.
     """
 
     wall_s: float
@@ -42,6 +46,37 @@ class RunSummary:
     other_s: float = 0.0
     bottlenecks: tuple[Bottleneck, ...] = ()
     total_iterations: int = 0
+    data_free_s: float = 0.0
+    gc_free_s: float = 0.0
+    device_wall_s: float | None = None
+    device_idle_s: float = 0.0
+
+    @property
+    def speedup_if_data_free(self) -> float | None:
+        """How many times faster the run would have been if data cost nothing."""
+        return speedup(self.device_wall_s if self.device_wall_s is not None else self.wall_s, self.data_free_s)
+
+    @property
+    def speedup_if_gc_free(self) -> float | None:
+        """How many times faster the run would have been without GC pauses."""
+        return speedup(self.device_wall_s if self.device_wall_s is not None else self.wall_s, self.gc_free_s)
+
+    def gain_words(self) -> str:
+        """The data's cost in words: what the GPU waited for, or what the data wait hid behind."""
+        gain = self.speedup_if_data_free
+        base = self.device_wall_s if self.device_wall_s is not None else self.wall_s
+        share = 100.0 * self.data_free_s / base if base > 0 else 0.0
+        n = max(1, self.iterations)
+        if self.device_wall_s is not None:
+            if gain is not None and gain >= 1.01:
+                return (f"the GPU waited for data {share:.0f}% of the time: "
+                        f"free data would make this run {gain:.2f}x faster")
+            busy_ms = 1000.0 * (self.device_wall_s - self.device_idle_s) / n
+            return (f"data: {1000.0 * self.etl_s / n:.0f} ms per batch, hidden behind {busy_ms:.0f} ms of GPU work"
+                    if self.etl_s > 0 else f"no data wait; {busy_ms:.0f} ms of GPU work per step")
+        if gain is None:
+            return "the run did nothing but wait for data"
+        return f"data wait took {share:.0f}% of the time: free data would make this run {gain:.2f}x faster"
 
     def _pct(self, part: float) -> float:
         return 100.0 * part / self.wall_s if self.wall_s > 0 else 0.0
@@ -87,6 +122,12 @@ class RunSummary:
                 for b in self.bottlenecks
             ],
             "recommendations": list(self.recommendations),
+            "data_free_s": self.data_free_s,
+            "gc_free_s": self.gc_free_s,
+            "device_wall_s": self.device_wall_s,
+            "device_idle_s": self.device_idle_s,
+            "speedup_if_data_free": self.speedup_if_data_free,
+            "speedup_if_gc_free": self.speedup_if_gc_free,
         }
 
     def __str__(self) -> str:
@@ -107,6 +148,13 @@ class RunSummary:
         if self.other_s > 0:
             lines.append(f"  other     {self.other_s:8.3f} s  {self.other_pct:5.1f}%  (loop's own host work)")
         lines.append(f"  GC        {self.gc_s:8.3f} s  {self.gc_pct:5.1f}%")
+        if self.device_wall_s is not None:
+            idle_pct = 100.0 * self.device_idle_s / self.device_wall_s if self.device_wall_s > 0 else 0.0
+            lines.append(f"  GPU idle between steps {self.device_idle_s:8.3f} s  {idle_pct:5.1f}%")
+        lines.append(f"  {self.gain_words()}")
+        gc_gain = self.speedup_if_gc_free
+        if gc_gain is not None and gc_gain >= 1.01:
+            lines.append(f"  GC-free training would make this run {gc_gain:.2f}x faster")
         if self.verdict_counts:
             windows = sum(self.verdict_counts.values())
             counts = ", ".join(f"{kind} {n}" for kind, n in sorted(self.verdict_counts.items(), key=lambda kv: -kv[1]))
@@ -131,21 +179,33 @@ def build_summary(
     fixes: Callable[[str], Sequence[str]],
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     total_iterations: int | None = None,
+    data_free_s: float | None = None,
+    gc_free_s: float | None = None,
+    device_wall_s: float | None = None,
+    device_idle_s: float = 0.0,
 ) -> RunSummary:
     """Assemble a :class:`RunSummary`.
 
     A bottleneck is listed when its share of the whole run crosses half its verdict threshold, or
-    when any window was judged so; the largest share first, each with its fixes.
+    when any window was judged so; the largest share first, each with its fixes. On CUDA
+    (``device_wall_s`` given) the input- and GC-bound shares are the device's idle time for them.
+    ``data_free_s`` and ``gc_free_s`` default to ``etl_s`` and ``gc_s``.
     """
+    data_free = etl_s if data_free_s is None else data_free_s
+    gc_free = gc_s if gc_free_s is None else gc_free_s
+    base_s = wall_s if device_wall_s is None else device_wall_s
     compute_s = max(0.0, wall_s - etl_s - gc_s - other_s)
     bottlenecks: list[Bottleneck] = []
     if wall_s > 0:
-        for kind, seconds, threshold in (
-            ("input-bound", etl_s, thresholds.input_bound),
-            ("gc-bound", gc_s, thresholds.gc_bound),
-            ("loop-bound", loop_work_s(other_s, gc_s), thresholds.loop_bound),
+        for kind, seconds, threshold, over in (
+            ("input-bound", data_free, thresholds.input_bound, base_s),
+            ("gc-bound", gc_free, thresholds.gc_bound, base_s),
+            ("loop-bound", loop_work_s(other_s, gc_s), thresholds.loop_bound, wall_s),
+            ("host-bound", 0.0, 100.0, wall_s),
         ):
-            share = 100.0 * seconds / wall_s
+            share = 100.0 * seconds / over if over > 0 else 0.0
+            if kind == "host-bound" and verdict_counts.get(kind):  # no time of its own: its windows' share
+                share = 100.0 * verdict_counts[kind] / sum(verdict_counts.values())
             windows = verdict_counts.get(kind, 0)
             if share >= threshold / 2 or windows:
                 bottlenecks.append(Bottleneck(kind, share, windows, tuple(fixes(kind)[:FIXES_PER_BOTTLENECK])))
@@ -165,4 +225,8 @@ def build_summary(
         recommendations=tuple(recommendations),
         bottlenecks=tuple(bottlenecks),
         total_iterations=iterations if total_iterations is None else total_iterations,
+        data_free_s=data_free,
+        gc_free_s=gc_free,
+        device_wall_s=device_wall_s,
+        device_idle_s=device_idle_s,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ._record import Verdict
+from ._timeline import speedup
 
 __all__: list[str] = []
 
@@ -17,6 +18,9 @@ GC_BOUND_SHARE = 10.0
 #: The loop's own host work (neither data wait nor the step) at or above this share makes a window
 #: loop-bound: evaluation, logging or metric syncs between steps take as long as a slow loader would.
 LOOP_BOUND_SHARE = 20.0
+#: A GPU busy less than this share of the time (NVML's utilisation), while it neither waits for data
+#: nor for the loop between steps, is starved by the host's launches: ``host-bound``.
+HOST_BOUND_UTILIZATION = 50.0
 
 def loop_work_s(other_s: float, gc_s: float) -> float:
     """The loop's own host work: its other time less GC pauses, which may fall between steps (an
@@ -60,8 +64,88 @@ def judge(
     ]
     if bound:
         share, kind, reason = max(bound, key=lambda b: b[0])
-        return Verdict(kind, round(share, 1), f"{share:.0f}% {reason}")
+        gain = speedup(window_s, {"input-bound": etl_s, "gc-bound": gc_s}.get(kind, 0.0))
+        return Verdict(kind, round(share, 1), f"{share:.0f}% {reason}" + _gain_words(kind, gain))
     text = f"data wait {etl_share:.0f}%, GC {gc_share:.0f}%"
     if other_share >= 1.0:
         text += f", other host work {other_share:.0f}%"
     return Verdict("fine", round(max(etl_share, gc_share, other_share), 1), text + " of step")
+
+
+def _gain_words(kind: str, gain: float | None) -> str:
+    """``: free data would make this run 1.85x faster`` for an input- or GC-bound verdict."""
+    what = {"input-bound": "free data", "gc-bound": "GC-free training"}.get(kind)
+    if what is None or gain is None:
+        return ""
+    return f": {what} would make this run {gain:.2f}x faster"
+
+
+def judge_device(
+    window_s: float,
+    idle_s: float,
+    data_idle_s: float,
+    etl_s: float,
+    gc_s: float,
+    other_s: float = 0.0,
+    *,
+    iterations: int = 1,
+    utilization: float | None = None,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> Verdict:
+    """Verdict for one window on an asynchronous device (CUDA), from what the device did.
+
+    Host time counts only where the device sat idle for it: the device's idle time between steps
+    goes first to the data wait before each forward (``data_idle_s``), then to GC pauses, then to
+    the loop's own host work. Data wait hidden behind device work makes no window input-bound.
+
+    Args:
+        window_s: device time of the window (previous window's last step end to this one's).
+        idle_s: the device's idle time between steps in the window.
+        data_idle_s: of that, the idle time that free data would remove (see
+            :meth:`~trainperf._timeline.DeviceWindow.data_idle_s`).
+        etl_s: the host's data wait in the window.
+        gc_s: GC pauses in the window.
+        other_s: the loop's other host time (its GC pauses included).
+        iterations: iterations in the window, for the per-batch figures in the reason.
+        utilization: the GPU's utilisation in percent over the window (NVML), ``None`` when unknown.
+        thresholds: the shares from which a window is input-, GC- or loop-bound.
+    """
+    if window_s <= 0.0:
+        return Verdict("fine", 0.0, "no time elapsed")
+    rest = max(0.0, idle_s - data_idle_s)
+    gc_idle = min(rest, gc_s)
+    loop_idle = min(max(0.0, rest - gc_idle), loop_work_s(other_s, gc_s))
+    data_share = min(100.0, 100.0 * data_idle_s / window_s)
+    gc_share = min(100.0, 100.0 * gc_idle / window_s)
+    loop_share = min(100.0, 100.0 * loop_idle / window_s)
+    idle_share = min(100.0, 100.0 * idle_s / window_s)
+    if data_share >= thresholds.input_bound and data_share >= max(gc_share, loop_share):
+        gain = speedup(window_s, data_idle_s)
+        return Verdict(
+            "input-bound", round(data_share, 1), f"{data_share:.0f}% of the time the GPU waited for data" +
+            _gain_words("input-bound", gain)
+        )
+    if gc_share >= thresholds.gc_bound and gc_share >= loop_share:
+        return Verdict(
+            "gc-bound", round(gc_share, 1), f"{gc_share:.0f}% of the time the GPU waited for garbage collection" +
+            _gain_words("gc-bound", speedup(window_s, gc_idle))
+        )
+    if loop_share >= thresholds.loop_bound:
+        return Verdict(
+            "loop-bound", round(loop_share, 1),
+            f"{loop_share:.0f}% of the time the GPU waited for the loop's own host work between steps",
+        )
+    if utilization is not None and utilization < HOST_BOUND_UTILIZATION:
+        return Verdict(
+            "host-bound", round(100.0 - utilization, 1),
+            f"{100.0 - utilization:.0f}% of the time the GPU ran no kernel, yet it waited between steps only "
+            f"{idle_share:.0f}% of the time: the host cannot launch work fast enough",
+        )
+    n = max(1, iterations)
+    busy_ms = 1000.0 * (window_s - idle_s) / n
+    if etl_s > 0.0:
+        text = f"data: {1000.0 * etl_s / n:.0f} ms per batch, hidden behind {busy_ms:.0f} ms of GPU work"
+    else:
+        text = f"{busy_ms:.0f} ms of GPU work per step"
+    return Verdict("fine", round(max(data_share, gc_share, loop_share), 1),
+                   f"{data_share:.0f}% of the time the GPU waited for data; " + text)

@@ -33,6 +33,7 @@ class WindowFigures:
         durations: each iteration's time, ascending.
         samples: samples in the window, ``None`` when some iteration's count was unknown.
         batches: data batches in the window.
+        etls: each iteration's data wait, oldest first.
     """
 
     iterations: int
@@ -46,6 +47,7 @@ class WindowFigures:
     steps: int = 0
     skipped: int = 0
     etl_from_gap: int = 0
+    etls: tuple[float, ...] = ()
 
     @property
     def compute_s(self) -> float:
@@ -119,6 +121,7 @@ def window_figures(
         steps=steps,
         skipped=skipped,
         etl_from_gap=from_gap,
+        etls=tuple(etls),
     )
 
 

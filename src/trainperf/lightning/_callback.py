@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._listener import PerformanceListener
+from .._timeline import DeviceTimeline
 from ..sinks import LoggerSink, Sink
 from ..torch.shared import batch_size, loader_advisor, use_model_device
 from ._compat import callback_base
@@ -67,6 +68,8 @@ class PerformanceCallback(_CallbackBase):
     Args:
         frequency: report every this many optimizer steps.
         log_to_loggers: also send the figures to the trainer's loggers (``log_metrics``, keyed by step).
+        timeline_factory: builds the device timeline for the model's device (tests pass a fake); by
+            default CUDA events on CUDA, and the host clock alone elsewhere.
         **options: any keyword option of :class:`~trainperf.PerformanceListener`
             (``report_score``, ``report_gc``, ``sinks``, ...).
 
@@ -74,13 +77,23 @@ class PerformanceCallback(_CallbackBase):
         >>> trainer = Trainer(callbacks=[PerformanceCallback(10, report_gc=True, report_score=True)])  # doctest: +SKIP
     """
 
-    def __init__(self, frequency: int = 1, *, log_to_loggers: bool = True, **options: Any) -> None:
+    def __init__(
+        self,
+        frequency: int = 1,
+        *,
+        log_to_loggers: bool = True,
+        timeline_factory: Callable[[Any], DeviceTimeline] | None = None,
+        **options: Any,
+    ) -> None:
         unknown = set(options) - set(_LISTENER_OPTIONS)
         if unknown:
             name = sorted(unknown)[0]
             raise TypeError(f"PerformanceCallback got an unexpected keyword argument {name!r}")
         if not isinstance(log_to_loggers, bool):
             raise TypeError(f"log_to_loggers must be a bool, got {log_to_loggers!r}")
+        if timeline_factory is not None and not callable(timeline_factory):
+            raise TypeError(f"timeline_factory must be callable or None, got {timeline_factory!r}")
+        self._timeline_factory = timeline_factory
         super().__init__()
         self._frequency = frequency
         self._options = dict(options)
@@ -102,6 +115,7 @@ class PerformanceCallback(_CallbackBase):
         self._epoch_loop: Any = None
         self._logger_sink: Sink | None = None
         self._trainer: Any = None
+        self._timeline: DeviceTimeline | None = None
 
     # -- set-up ---------------------------------------------------------------------------
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -121,7 +135,8 @@ class PerformanceCallback(_CallbackBase):
         listener = self.listener
         device = getattr(pl_module, "device", None)
         if device is not None:
-            use_model_device(listener, device)
+            use_model_device(listener, device, self._timeline_factory)
+        self._timeline = listener.timeline
         if getattr(trainer, "world_size", 1) > 1:
             listener.set_rank(trainer.global_rank)
         self._last_step = trainer.global_step
@@ -148,6 +163,8 @@ class PerformanceCallback(_CallbackBase):
         self._samples = n
         self._micro = 1
         self._started = self._clock()
+        if self._timeline is not None:  # the device's side of the iteration starts here
+            self._timeline.begin()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step

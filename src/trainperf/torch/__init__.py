@@ -2,11 +2,11 @@
 
 from ._attach import Attachment, attach, detach
 from ._batch import batch_size, map_tensors
-from ._cuda import CudaEventTimer
+from ._cuda import CudaTimeline
 from ._loader import TimedLoader, timed
 from ._module import ListenerModule
 
 __all__ = [
-    "Attachment", "CudaEventTimer", "ListenerModule", "TimedLoader", "attach", "batch_size", "detach", "map_tensors",
+    "Attachment", "CudaTimeline", "ListenerModule", "TimedLoader", "attach", "batch_size", "detach", "map_tensors",
     "timed",
 ]

@@ -33,7 +33,8 @@ import torch
 from torch import Tensor, is_grad_enabled
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from .._listener import IterationTimer, PerformanceListener
+from .._listener import PerformanceListener
+from .._timeline import DeviceTimeline
 from . import _loop_hooks as loop_hooks
 from ._batch import batch_size
 from ._tap import attachments_of, tap_of, untap
@@ -48,8 +49,8 @@ class Attachment:
     Args:
         model: the module whose forward passes open iterations.
         listener: the listener that receives one call per optimizer step.
-        timer_factory: builds the per-iteration timer for a CUDA model (tests pass a fake);
-            by default CUDA events on CUDA and the host clock elsewhere.
+        timeline_factory: builds the device timeline for the model's device (tests pass a fake);
+            by default CUDA events on CUDA and the host clock alone elsewhere.
     """
 
     def __init__(
@@ -57,7 +58,7 @@ class Attachment:
         model: torch.nn.Module,
         listener: PerformanceListener,
         *,
-        timer_factory: Callable[[torch.device], IterationTimer] | None = None,
+        timeline_factory: Callable[[torch.device], DeviceTimeline] | None = None,
     ) -> None:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -67,7 +68,8 @@ class Attachment:
             raise ValueError("listener is closed; create a new one")
         self.model = model
         self.listener = listener
-        self._timer_factory = timer_factory
+        self._timeline_factory = timeline_factory
+        self._timeline: DeviceTimeline | None = None  # the listener's, set when training starts
         self.clock = listener.clock  # the listener's; loader timing reads it too
         self._record = listener.record_iteration
         self._started = False
@@ -110,6 +112,8 @@ class Attachment:
                 self._taps_work = True
                 if not self._started:
                     self._begin(now)
+            if self._timeline is not None:  # the device's side of the iteration starts here
+                self._timeline.begin()
             if self._activity is None:
                 self._activity = now
             self._open = True
@@ -208,7 +212,8 @@ class Attachment:
         self.thread = threading.get_ident()
         param = next(self.model.parameters(), None)
         if param is not None:
-            use_model_device(self.listener, param.device, self._timer_factory)
+            use_model_device(self.listener, param.device, self._timeline_factory)
+        self._timeline = self.listener.timeline
         rank = process_rank()
         if rank is not None:
             self.listener.set_rank(rank)
@@ -301,7 +306,7 @@ def attach(
     model: torch.nn.Module,
     listener: PerformanceListener,
     *,
-    timer_factory: Callable[[torch.device], IterationTimer] | None = None,
+    timeline_factory: Callable[[torch.device], DeviceTimeline] | None = None,
 ) -> Attachment:
     """Listen to ``model`` in an unchanged training loop; for models whose class you can't change.
 
@@ -310,7 +315,7 @@ def attach(
         >>> ...                                    # your loop, unchanged
         >>> handle.detach()                        # or listener.close()
     """
-    return Attachment(model, listener, timer_factory=timer_factory)
+    return Attachment(model, listener, timeline_factory=timeline_factory)
 
 
 def detach(model: torch.nn.Module) -> None:

@@ -1,17 +1,28 @@
-"""CUDA timing without hidden synchronisation: events each iteration, read at the report."""
+"""CUDA's device timeline without a synchronisation: two events per iteration, read once completed."""
 
 from __future__ import annotations
 
+from collections import deque
+from typing import Any
+
 import torch
 
+from .._hardware import Probe
 from .._listener import Collector
 
-__all__ = ["CudaEventTimer"]
+__all__ = ["CudaTimeline"]
+
+_MB = 1024.0 * 1024.0
 
 
-class CudaEventTimer:
-    """Records a CUDA event at the end of every iteration; elapsed times are read only at a report,
-    after a single synchronisation. Events are recycled, so a run allocates at most one window's worth.
+class CudaTimeline:
+    """The :class:`~trainperf.DeviceTimeline` of a CUDA device.
+
+    Records a CUDA event on the device's current stream when an iteration's first forward starts
+    (:meth:`begin`) and one when its optimizer step ends (:meth:`end`). Nothing here waits for the
+    device while training: :meth:`ready` asks an event whether it has completed
+    (``Event.query()``), and :meth:`take` reads elapsed times only between completed events.
+    Events are recycled, so a run allocates about two windows' worth.
 
     Args:
         device: the CUDA device the model runs on.
@@ -20,41 +31,102 @@ class CudaEventTimer:
     def __init__(self, device: torch.device) -> None:
         if not isinstance(device, torch.device) or device.type != "cuda":
             raise ValueError(f"device must be a CUDA torch.device, got {device!r}")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self._pool: list[torch.cuda.Event] = []
-        self._events: list[torch.cuda.Event] = []
-        self._start: torch.cuda.Event | None = None
+        self._ended: deque[tuple[torch.cuda.Event | None, torch.cuda.Event]] = deque()
+        self._begin: torch.cuda.Event | None = None
+        self._origin: torch.cuda.Event | None = None
 
-    def _event(self) -> torch.cuda.Event:
-        return self._pool.pop() if self._pool else torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    def _record(self) -> torch.cuda.Event:
+        event = self._pool.pop() if self._pool else torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        event.record(torch.cuda.current_stream(self.device))
+        return event
 
     def start(self) -> None:
-        self._pool.extend(self._events)
-        self._events = []
-        self._start = self._event()
-        self._start.record()
+        """Forget what was recorded; the first window's device time starts now."""
+        for begin, end in self._ended:
+            if begin is not None:
+                self._pool.append(begin)
+            self._pool.append(end)
+        self._ended.clear()
+        if self._begin is not None:
+            self._pool.append(self._begin)
+            self._begin = None
+        if self._origin is not None:
+            self._pool.append(self._origin)
+        self._origin = self._record()
 
-    def mark(self) -> None:
-        event = self._event()
-        event.record()
-        self._events.append(event)
+    def begin(self) -> None:
+        """The iteration's first forward starts now (a second call in one iteration is ignored)."""
+        if self._begin is None:
+            self._begin = self._record()
 
-    def synchronize(self) -> None:
+    def end(self) -> None:
+        """The iteration's optimizer step ended now."""
+        self._ended.append((self._begin, self._record()))
+        self._begin = None
+
+    def ready(self, count: int) -> bool:
+        """Whether the oldest ``count`` ended iterations have completed (a non-blocking query)."""
+        if count > len(self._ended):
+            return False
+        return bool(self._ended[count - 1][1].query())  # type: ignore[no-untyped-call]
+
+    def take(self, count: int) -> list[tuple[float | None, float]]:
+        """``(begin, end)`` seconds since the previous window's last step end, for the oldest
+        ``count`` ended iterations, which must have completed (see :meth:`ready`)."""
+        if not self.ready(count):
+            raise ValueError(f"count must be at most the completed iterations, got {count!r}")
+        origin = self._origin
+        if origin is None:
+            raise RuntimeError("CudaTimeline.start() was not called")
+        out: list[tuple[float | None, float]] = []
+        used: list[torch.cuda.Event] = [origin]
+        end = origin
+        for _ in range(count):
+            begin, end = self._ended.popleft()
+            began = None if begin is None else origin.elapsed_time(begin) / 1000.0
+            out.append((began, origin.elapsed_time(end) / 1000.0))
+            if begin is not None:
+                used.append(begin)
+            used.append(end)
+        used.pop()  # the last end is the next window's origin
+        self._origin = end
+        self._pool.extend(used)
+        return out
+
+    def wait(self) -> None:
+        """Wait once for everything queued on the device (end of training)."""
         torch.cuda.synchronize(self.device)
 
-    def durations(self) -> list[float]:
-        out: list[float] = []
-        prev = self._start
-        for event in self._events:
-            if prev is not None:
-                out.append(prev.elapsed_time(event) / 1000.0)
-            prev = event
-        if self._start is not None:
-            self._pool.append(self._start)
-        self._start = self._events.pop() if self._events else None
-        self._pool.extend(self._events)
-        self._events = []
+    def stage(self, value: Any) -> Any:
+        """Start copying a CUDA tensor to pinned host memory without blocking; other values as they are."""
+        if isinstance(value, torch.Tensor) and value.is_cuda:
+            host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+            host.copy_(value.detach(), non_blocking=True)
+            return host
+        return value
+
+
+def memory_probe(device: torch.device) -> Probe:
+    """The caching allocator's peaks of allocated and reserved memory since the previous read
+    (host-side counters: no synchronisation), reset at each read.
+
+    Args:
+        device: the CUDA device.
+    """
+
+    def read() -> dict[str, float | None]:
+        out: dict[str, float | None] = {
+            "cuda_allocated_max_mb": torch.cuda.max_memory_allocated(device) / _MB,
+            "cuda_reserved_max_mb": torch.cuda.max_memory_reserved(device) / _MB,
+        }
+        torch.cuda.reset_peak_memory_stats(device)
         return out
+
+    return read
 
 
 def alloc_retries_reader(device: torch.device) -> tuple[str, Collector]:

@@ -8,11 +8,13 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from .._listener import IterationTimer, PerformanceListener
+from .._listener import PerformanceListener
+from .._timeline import DeviceTimeline
 from ._advice import loader_advisor
 from ._batch import batch_size
 from ._cluster import Cluster, forward_timer
-from ._cuda import CudaEventTimer, alloc_retries_reader
+from ._cuda import CudaTimeline, alloc_retries_reader, memory_probe
+from ._nvml import nvml_probe
 from ._tap import tap_of, untap
 
 __all__ = ["batch_size", "join_cluster", "loader_advisor", "process_rank", "use_model_device"]
@@ -21,19 +23,33 @@ __all__ = ["batch_size", "join_cluster", "loader_advisor", "process_rank", "use_
 def use_model_device(
     listener: PerformanceListener,
     device: torch.device,
-    timer_factory: Callable[[torch.device], IterationTimer] | None = None,
+    timeline_factory: Callable[[torch.device], DeviceTimeline] | None = None,
 ) -> None:
     """Set ``listener`` up for a model on ``device``.
 
-    On CUDA the records carry the device index, iteration times come from CUDA events (or from
-    ``timer_factory``) and the caching allocator's retries are reported beside Python's GC.
-    Elsewhere only a given ``timer_factory`` is used.
+    On CUDA the records carry the device index, iteration times and the device's idle time come
+    from CUDA events (a :class:`CudaTimeline`, or ``timeline_factory``'s), the caching allocator's
+    retries are reported beside Python's GC, and, unless the listener has ``report_hardware=False``,
+    its memory peaks and NVML's utilisation with every record. Elsewhere only a given
+    ``timeline_factory`` is used.
+
+    Args:
+        listener: the listener to set up.
+        device: the device of the model's parameters.
+        timeline_factory: builds the device timeline (tests pass a fake).
     """
     if device.type == "cuda":
-        listener.use_device(device.index, (timer_factory or CudaEventTimer)(device))
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        listener.use_device(device.index, (timeline_factory or CudaTimeline)(device))
         listener.add_collector(*alloc_retries_reader(device))
-    elif timer_factory is not None:
-        listener.set_timer(timer_factory(device))
+        if listener.report_hardware:
+            listener.add_probe(memory_probe(device))
+            nvml = nvml_probe(device)
+            if nvml is not None:
+                listener.add_probe(nvml)
+    elif timeline_factory is not None:
+        listener.set_timeline(timeline_factory(device))
 
 
 def join_cluster(listener: PerformanceListener, model: torch.nn.Module | None) -> None:

@@ -1,0 +1,95 @@
+"""Windows whose device work has not finished yet: their host figures wait here for the device.
+
+On an asynchronous device a window's record cannot be built when the host closes it without
+waiting for the device (a synchronisation, which drains the launch queue and slows training).
+Instead the listener keeps the window's host side here and asks the device timeline, on later
+iterations, whether the window's last event has completed; then the window's device times are
+read and the record is built. Only :meth:`PendingWindows.drain`, at the end of training, waits.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._record import GCStat
+from ._timeline import DeviceTimeline, DeviceWindow, device_window
+from ._window import WindowFigures
+
+__all__: list[str] = []
+
+
+@dataclass(slots=True)
+class HostWindow:
+    """What the host measured of one closed window, kept until its device side is known.
+
+    Attributes:
+        first_iteration: the window's first iteration (1-based).
+        iteration: its last iteration.
+        figures: the host's window figures.
+        warmup: whether it is the warm-up window.
+        timestamp: wall-clock time the window closed.
+        gc: per-collector statistics; ``gc_s`` their total pause in seconds.
+        score: the loss as staged on the report iteration (``float()`` reads it once the device is done).
+        overhead_s: what the previous report cost the host.
+        hardware: the probes' figures, read on the report iteration.
+        excluded: per iteration of the window, host seconds left out before it.
+        times: the named parts the adapters timed (``add_time``), mean milliseconds per iteration.
+    """
+
+    first_iteration: int
+    iteration: int
+    figures: WindowFigures
+    warmup: bool
+    timestamp: float
+    gc: tuple[GCStat, ...]
+    gc_s: float
+    score: Any
+    epoch: int | None
+    rank: int | None
+    device: int | None
+    overhead_s: float
+    etl_source: str
+    hardware: dict[str, float | None] = field(default_factory=dict)
+    excluded: tuple[float, ...] = ()
+    times: dict[str, float] = field(default_factory=dict)
+
+
+class PendingWindows:
+    """Closed windows waiting for their device events, oldest first.
+
+    Args:
+        timeline: the device clock whose events the windows wait for.
+    """
+
+    def __init__(self, timeline: DeviceTimeline) -> None:
+        self.timeline = timeline
+        self._windows: deque[HostWindow] = deque()
+
+    def __len__(self) -> int:
+        return len(self._windows)
+
+    def add(self, window: HostWindow) -> None:
+        """Keep ``window`` until its device work has completed."""
+        self._windows.append(window)
+
+    def poll(self) -> list[tuple[HostWindow, DeviceWindow]]:
+        """The windows, oldest first, whose device work has completed by now (never blocks)."""
+        done: list[tuple[HostWindow, DeviceWindow]] = []
+        timeline = self.timeline
+        while self._windows:
+            host = self._windows[0]
+            n = host.figures.iterations
+            if not timeline.ready(n):
+                break
+            self._windows.popleft()
+            done.append((host, device_window(timeline.take(n), host.excluded)))
+        return done
+
+    def drain(self) -> list[tuple[HostWindow, DeviceWindow]]:
+        """Every window, after waiting once for the device (end of training)."""
+        if not self._windows:
+            return []
+        self.timeline.wait()
+        return self.poll()

@@ -1,0 +1,132 @@
+"""Hardware probes: read on report iterations only, missing backends give None, never an error."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from trainperf import PerformanceListener
+from trainperf._hardware import ProcessProbe, process_probe, read_probes, worker_tips
+
+
+class FakeProcess:
+    def __init__(self, pid, cpu, rss=0, children=()):
+        self.pid, self.cpu, self.rss, self._children = pid, list(cpu), rss, list(children)
+        self.scans = 0
+
+    def cpu_percent(self, interval=None):
+        return self.cpu.pop(0) if self.cpu else 0.0
+
+    def memory_info(self):
+        return SimpleNamespace(rss=self.rss)
+
+    def children(self, recursive=False):
+        self.scans += 1
+        return list(self._children)
+
+
+def test_process_probe_reads_cpu_rss_and_the_workers_mean_cpu(clock):
+    workers = [FakeProcess(2, [0.0, 90.0]), FakeProcess(3, [0.0, 100.0])]
+    main = FakeProcess(1, [0.0, 150.0], rss=512 * 1024 * 1024, children=workers)
+    probe = ProcessProbe(main, clock=clock)
+    assert probe() == {"cpu_pct": 150.0, "rss_mb": 512.0, "workers_cpu_pct": 95.0}
+
+
+def test_process_probe_reads_at_most_once_a_second_and_repeats_its_last_reading(clock):
+    main = FakeProcess(1, [0.0, 10.0, 20.0, 30.0])
+    probe = ProcessProbe(main, clock=clock)
+    assert probe()["cpu_pct"] == 10.0
+    clock.advance(0.5)
+    assert probe()["cpu_pct"] == 10.0
+    clock.advance(0.5)
+    assert probe()["cpu_pct"] == 20.0
+
+
+def test_process_probe_looks_children_up_at_most_every_rescan_s(clock):
+    main = FakeProcess(1, [0.0] * 10, children=[])
+    probe = ProcessProbe(main, min_interval_s=0.0, rescan_s=5.0, clock=clock)
+    probe()
+    clock.advance(1.0)
+    probe()
+    assert main.scans == 1
+    clock.advance(5.0)
+    assert probe()["workers_cpu_pct"] is None
+    assert main.scans == 2
+
+
+def test_without_psutil_there_is_no_probe_and_the_fields_are_none(monkeypatch, clock):
+    monkeypatch.setitem(sys.modules, "psutil", None)
+    assert process_probe() is None
+    listener = PerformanceListener(1, sinks=[], clock=clock)
+    clock.advance(0.01)
+    record = listener.record_iteration(samples=1)
+    assert (record.cpu_pct, record.rss_mb, record.workers_cpu_pct, record.gpu_utilization_pct) == (None,) * 4
+
+
+def test_psutil_fills_the_host_fields_on_report_iterations_only(clock):
+    pytest.importorskip("psutil")
+    calls = []
+    listener = PerformanceListener(3, sinks=[], clock=clock)
+    listener.add_probe(lambda: calls.append(1) or {"gpu_utilization_pct": 40.0})
+    records = []
+    for _ in range(6):
+        clock.advance(0.01)
+        records.append(listener.record_iteration(samples=1))
+    assert len(calls) == 2
+    reported = [r for r in records if r is not None]
+    assert [r.gpu_utilization_pct for r in reported] == [40.0, 40.0]
+    assert all(r.rss_mb is not None and r.rss_mb > 0 and r.cpu_pct is not None for r in reported)
+
+
+def test_a_failing_probe_is_left_out_and_said_once(clock):
+    def broken():
+        raise OSError("no such device")
+
+    messages = []
+    values = read_probes([broken, lambda: {"cpu_pct": 3}], messages.append)
+    assert values == {"cpu_pct": 3.0}
+    assert "no such device" in messages[0]
+    listener = PerformanceListener(1, sinks=[], clock=clock, report_hardware=False)
+    listener.add_probe(broken)
+    with pytest.warns(RuntimeWarning, match="hardware probe"):
+        clock.advance(0.01)
+        listener.record_iteration(samples=1)
+
+
+def test_a_probe_with_an_unknown_field_is_refused_by_name():
+    messages = []
+    assert read_probes([lambda: {"gpu_temp": 50}], messages.append) == {}
+    assert "gpu_temp" in messages[0]
+
+
+def test_workers_at_full_cpu_mean_decoding_idle_workers_mean_io():
+    assert "decoding" in worker_tips(95.0)[0]
+    assert "I/O" in worker_tips(3.0)[0]
+    assert worker_tips(50.0) == [] and worker_tips(None) == []
+
+
+def test_input_bound_advice_names_busy_workers_first(clock):
+    listener = PerformanceListener(1, sinks=[], clock=clock, report_hardware=False)
+    listener.add_probe(lambda: {"workers_cpu_pct": 99.0})
+    clock.advance(0.01)
+    listener.record_iteration(samples=1, etl=0.009)
+    assert "decoding" in listener.fixes_for("input-bound")[0]
+    assert "decoding" not in " ".join(listener.fixes_for("gc-bound"))
+
+
+def test_nvml_probe_reads_utilisation_and_memory_from_nvml():
+    torch = pytest.importorskip("torch")
+    from trainperf.torch._nvml import NvmlProbe, nvml_probe
+
+    fake = SimpleNamespace(
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=37),
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=3 * 1024 * 1024),
+    )
+    assert NvmlProbe(fake, "h")() == {"gpu_utilization_pct": 37.0, "gpu_memory_used_mb": 3.0}
+
+    def no_driver():
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    assert nvml_probe(torch.device("cuda", 0), SimpleNamespace(nvmlInit=no_driver)) is None
