@@ -101,6 +101,8 @@ def format_line(record: PerformanceRecord) -> str:
     followed by trainperf's own fields (window percentiles, ETL max, epoch, warm-up, verdict).
     Fields that are ``None`` are left out, as Deeplearning4j leaves out what it was told not to report.
     """
+    if not isinstance(record, PerformanceRecord):
+        raise TypeError(f"record must be a PerformanceRecord, got {record!r}")
     parts = [f.render(value) for f in DL4J_FIELDS if (value := getattr(record, f.name)) is not None]
     if record.gc:
         stats = ", ".join(

@@ -298,7 +298,7 @@ class _BulkReader:
         pieces = sorted(self.pieces, key=lambda piece: int(piece[0][0]))  # often no interleaving is left
         numbers = self.np.concatenate([p[0] for p in pieces])
         frame = self.pd.concat([p[1] for p in pieces], ignore_index=True, sort=False)
-        if len(pieces) > 1 and not (self.np.diff(numbers) > 0).all():
+        if not (self.np.diff(numbers) > 0).all():  # lines of several shapes, read apart
             frame = frame.take(self.np.argsort(numbers, kind="stable")).reset_index(drop=True)
         return frame
 

@@ -268,28 +268,50 @@ def parse_json_line(line: str) -> dict[str, Any] | None:
 def _json_fields(line: str) -> dict[str, Any] | None:
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the interpreter allows
         return None
-    if not isinstance(obj, dict) or "iteration" not in obj:
+    if not isinstance(obj, dict) or _json_number(obj.get("iteration")) is None:
         return None
     return _flatten_json(obj)
+
+
+#: Characters that cannot stand in a name or a text field: they would split a row in text form.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+#: What a verdict's kind can be.
+_KIND = re.compile(r"[a-z][a-z-]{0,31}")
+
+
+def _json_number(value: Any) -> int | float | None:
+    """A JSON value as a record's number: as written when it is a number a float can hold, the
+    float of a number written as text (``"NaN"``); ``None`` for booleans, other types and integers
+    too big for a float."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 2.0**1023 else None
+    if isinstance(value, str):
+        return to_float(value)
+    return None
 
 
 def _flatten_json(obj: dict[str, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in obj.items():
+        if not isinstance(key, str) or _CONTROL.search(key):
+            continue
         if key == "gc" and isinstance(value, dict):
             for name, stat in value.items():
-                if isinstance(stat, dict):
-                    flat[f"gc.{name}.count"] = stat.get("count")
-                    flat[f"gc.{name}.ms"] = stat.get("ms")
+                if isinstance(stat, dict) and isinstance(name, str) and name and not _CONTROL.search(name):
+                    flat[f"gc.{name}.count"] = _json_number(stat.get("count"))
+                    flat[f"gc.{name}.ms"] = _json_number(stat.get("ms"))
         elif key == "verdict":
-            flat["verdict"] = value.get("kind") if isinstance(value, dict) else value
-            flat["verdict_pct"] = value.get("share") if isinstance(value, dict) else None
+            kind = value.get("kind") if isinstance(value, dict) else value
+            flat["verdict"] = kind if isinstance(kind, str) and _KIND.fullmatch(kind) else None
+            flat["verdict_pct"] = _json_number(value.get("share")) if isinstance(value, dict) else None
         elif key == "warmup":
-            flat["warmup"] = "1" if value else ""
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            flat[key] = value
-        elif key in _NUMERIC:
-            flat[key] = value
+            flat["warmup"] = "1" if value is True else ""
+        elif key in _NUMERIC or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            flat[key] = _json_number(value)
     return flat

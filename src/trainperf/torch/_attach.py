@@ -112,7 +112,7 @@ class Attachment:
                 self._taps_work = True
                 if not self._started:
                     self._begin(now)
-            if self._timeline is not None:  # the device's side of the iteration starts here
+            if self._timeline is not None and not self._fetched:  # no loader seen: it starts here
                 self._timeline.begin()
             if self._activity is None:
                 self._activity = now
@@ -149,6 +149,10 @@ class Attachment:
         if batch is None:
             return
         self._open = True
+        if not self._fetched and self._timeline is not None:
+            # The device's side of the iteration starts when its data is on the host: what the
+            # device does after that (the copy to it, zero_grad) is work that free data still needs.
+            self._timeline.begin()
         self._fetched += 1
         first = batch[0] if type(batch) in (tuple, list) and batch else batch
         shape = first.shape if type(first) is Tensor else None  # len(tensor) costs three times more
