@@ -18,7 +18,8 @@ _MB = 1024.0 * 1024.0
 class CudaTimeline:
     """The :class:`~trainperf.DeviceTimeline` of a CUDA device.
 
-    Records a CUDA event on the device's current stream when an iteration's first forward starts
+    Records a CUDA event on the device's current stream when an iteration starts (its first batch
+    delivered, or its first forward when no loader is seen)
     (:meth:`begin`) and one when its optimizer step ends (:meth:`end`). Nothing here waits for the
     device while training: :meth:`ready` asks an event whether it has completed
     (``Event.query()``), and :meth:`take` reads elapsed times only between completed events.
