@@ -46,3 +46,17 @@ def test_figures_have_one_precision_per_kind():
     assert "ETL: 0.00 ms" in line and "iteration time: 14.00 ms" in line
     assert "samples/sec: 4480.2; batches/sec: 70.0;" in line
     assert "[gen0: 0 (0.00ms)]" in line
+
+
+def test_a_collector_name_cannot_split_a_line_or_end_its_field():
+    from trainperf import GCStat, PerformanceRecord, format_line, parse_log
+
+    hostile = GCStat("a\nb;c]: 9 (1ms)] [x", 1, 2.0)
+    records = [PerformanceRecord(iteration=i, window_iterations=1, window_s=1.0, warmup=False, timestamp=0.0,
+                                 etl_ms=1.0, iteration_ms=2.0, gc=(hostile,)) for i in (1, 2, 3)]
+    lines = [format_line(r) for r in records]
+    assert all("\n" not in line for line in lines)
+    log = parse_log(lines)
+    assert log.rows == 3 and log.column("iteration") == [1.0, 2.0, 3.0]
+    (name,) = {c[3:-6] for c in log.columns if c.startswith("gc.") and c.endswith(".count")}
+    assert log.column(f"gc.{name}.count") == [1.0, 1.0, 1.0]

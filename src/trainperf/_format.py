@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from ._record import PerformanceRecord
@@ -95,6 +96,17 @@ def format_number(value: float) -> str:
     return text
 
 
+#: What a name cannot hold in a line: line breaks and control characters (they would split it) and
+#: the characters of the GC field's grammar (they would end the name or the field early).
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f\u2028\u2029;:\[\]()]")
+
+
+def safe_name(name: str) -> str:
+    """``name`` as a line can carry it: every character that could break the line's grammar
+    becomes ``_``, so a collector's name never splits a line or reads back as another field."""
+    return _UNSAFE.sub("_", name) or "_"
+
+
 def format_line(record: PerformanceRecord) -> str:
     """``ETL: …; iteration N; iteration time: …; samples/sec: …; batches/sec: …; score: …; GC: …;``
 
@@ -106,9 +118,9 @@ def format_line(record: PerformanceRecord) -> str:
     parts = [f.render(value) for f in DL4J_FIELDS if (value := getattr(record, f.name)) is not None]
     if record.gc:
         stats = ", ".join(
-            f"[{s.name}: {s.count} ({format_fixed(s.ms, MS_DECIMALS)}ms)]"
+            f"[{safe_name(s.name)}: {s.count} ({format_fixed(s.ms, MS_DECIMALS)}ms)]"
             if s.ms is not None
-            else f"[{s.name}: {s.count}]"
+            else f"[{safe_name(s.name)}: {s.count}]"
             for s in record.gc
         )
         parts.append(f"GC: {stats}")
