@@ -24,6 +24,7 @@ from typing import Any
 
 from ._lines import (
     INTEGER_COLUMNS,
+    JSON_SPACE,
     TEXT_COLUMNS,
     TextRows,
     parse_json_line,
@@ -45,6 +46,9 @@ _RUN = re.compile(rb"[0-9.]+")
 # four digits, so that even the 4-digit ``Device: [n]`` look-behind of the line pattern takes them.
 _PROBES = (b"8231", b"9472", b"7365")
 _CHANGES_MORE = "\x00"  # the parse changed otherwise than one number column taking the stand-in
+#: A JSON value that starts like a number JSON does not have (``01``, ``.5``, ``1.``, ``1.2.3``):
+#: blocks of JSON lines holding one take the line patterns, which read the JSON itself.
+_NOT_JSON_NUMBER = re.compile(rb":[ \t]*-?(?:0[0-9]|\.|[0-9]+\.(?![0-9])|[0-9]+\.[0-9]+\.)")
 
 #: Bytes per block: big enough that pandas' per-call cost vanishes, small enough to stay in cache.
 CHUNK_BYTES = 1 << 22
@@ -68,6 +72,8 @@ class Layout:
         constants: column -> value that every line of this shape has (``verdict``, ``warmup``, a
             ``NaN`` score), as the line patterns read it.
         separators: the characters between words: spaces, and commas and colons in JSON lines.
+        empty: the words without digits or dots: a line whose digits stand elsewhere than the
+            layout's (``iteration77 421;`` has the shape of ``iteration 77;``) does not fit.
     """
 
     words: int
@@ -75,6 +81,7 @@ class Layout:
     fixed: dict[int, str]
     constants: dict[str, Any]
     separators: bytes = _TEXT_SEPARATORS
+    empty: tuple[int, ...] = ()
 
     def read(self, block: bytes, lines: int, pd: Any) -> Any | None:
         """The figures of ``block`` (``lines`` lines of this shape, each ending in a newline) as a
@@ -86,7 +93,10 @@ class Layout:
             f"w{at}": whole if column in INTEGER_COLUMNS else decimal for at, column in self.values.items()
         }
         dtypes.update({f"w{at}": str for at in self.fixed})
+        dtypes.update({f"w{at}": decimal for at in self.empty})
         names = [f"w{i}" for i in range(self.words)]
+        if self.separators == _JSON_SEPARATORS and _NOT_JSON_NUMBER.search(block):
+            return None  # perhaps a number JSON does not allow (``01``, ``1.``): the line patterns decide
         try:
             found = pd.read_csv(
                 io.BytesIO(_numbers_and_spaces(block, self.separators)), sep=" ", header=None, names=names,
@@ -100,8 +110,11 @@ class Layout:
             if not (found[f"w{at}"] == digits).all():
                 return None
         numbers = [f"w{at}" for at, column in self.values.items() if column not in INTEGER_COLUMNS]
-        if numbers and found[numbers].isna().to_numpy().any():
-            return None  # a word that holds a number in the layout is empty here
+        if numbers and not np.isfinite(found[numbers].to_numpy()).all():
+            return None  # a word that holds a number in the layout is empty here, or too long for a float
+        empty = [f"w{at}" for at in self.empty]
+        if empty and found[empty].notna().to_numpy().any():
+            return None  # digits where the layout's line has none
         data: dict[str, Any] = {column: found[f"w{at}"].to_numpy() for at, column in self.values.items()}
         for column, value in self.constants.items():
             data[column] = np.full(lines, value, dtype=object if column in TEXT_COLUMNS else np.float64)
@@ -132,13 +145,16 @@ def learn_layout(line: bytes) -> Layout | None:
     base = _fields(line)
     if base is None:
         return None
-    separators = _JSON_SEPARATORS if line.lstrip()[:1] == b"{" else _TEXT_SEPARATORS
+    separators = _JSON_SEPARATORS if line.lstrip(JSON_SPACE.encode())[:1] == b"{" else _TEXT_SEPARATORS
     parts = re.split(b"([" + re.escape(separators) + b"])", line)  # words, and the separators between them
     words = parts[0::2]
     values: dict[int, str] = {}
     fixed: dict[int, str] = {}
+    empty: list[int] = []
     for at, word in enumerate(words):
         runs = list(_RUN.finditer(word))
+        if not runs:
+            empty.append(at)
         effects = [_effect(parts, at, run, base) for run in runs]
         if not runs or all(effect is None for effect in effects):
             continue
@@ -159,14 +175,17 @@ def learn_layout(line: bytes) -> Layout | None:
         elif column in TEXT_COLUMNS:
             constants[column] = text
         else:
-            constants[column] = to_float(text)
-    return Layout(words=len(words), values=values, fixed=fixed, constants=constants, separators=separators)
+            number = to_float(text)
+            constants[column] = float("nan") if number is None else number
+    return Layout(
+        words=len(words), values=values, fixed=fixed, constants=constants, separators=separators, empty=tuple(empty)
+    )
 
 
 def _fields(line: bytes) -> dict[str, str] | None:
     """The fields of a line as text (JSON numbers too, so that ``NaN`` equals ``NaN``)."""
     text = line.decode("utf-8", errors="replace")
-    fields = parse_json_line(text) if text.lstrip()[:1] == "{" else parse_line(text)
+    fields = parse_json_line(text) if text.lstrip(JSON_SPACE)[:1] == "{" else parse_line(text)
     return None if fields is None else {name: str(value) for name, value in fields.items()}
 
 

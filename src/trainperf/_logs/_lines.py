@@ -8,7 +8,6 @@ the rest to this one.
 from __future__ import annotations
 
 import bisect
-import io
 import itertools
 import json
 import re
@@ -38,6 +37,9 @@ TEXT_COLUMNS = ("verdict", "warmup")
 _NUMERIC = frozenset(COLUMNS) - set(TEXT_COLUMNS)
 
 _NUM = r"([^ ;\n]*)"  # checked when converted: what is not a number becomes missing
+#: A line naming more collectors than this is not a listener line (no runtime has so many; reading
+#: them would only cost memory).
+MAX_COLLECTORS = 64
 
 
 def _optional(f: LineField) -> str:
@@ -51,39 +53,62 @@ _ETL, _ITERATION, *_DL4J_REST = DL4J_FIELDS
 _BODY = (
     rf"{re.escape(_ITERATION.label)}(\d+);"
     + "".join(map(_optional, _DL4J_REST))
-    + r"(?: GC: ((?:\[[^\]\n]*\](?:, )?)*);)?"
+    + rf"(?: GC: ((?:\[[^\]\n]*\](?:, )?){{0,{MAX_COLLECTORS}}}+);)?"
     + "".join(map(_optional, TRAINPERF_FIELDS))
     + r"( warm-up;)?"
     + r"(?: verdict: ([\w-]+) \((?:(\d+(?:\.\d+)?)%)?[^\n]*\);)?"
-    + r"(?:[^\n]*;)?"  # fields added after these are tolerated
+    # Fields added after these are tolerated when they have a field's shape, ``label: value;``, so
+    # that a line is a record only when everything after ``iteration N;`` is fields: another
+    # logger's ``iteration 500; loss 0.2;`` is not one, and neither is a listener line that a
+    # logger prefix holds (the real line's ``iteration N;`` that follows is not such a field).
+    + r"(?: (?!GC: )[^;\n:]+: [^;\n]*;)*+"
     + r"[ \t\r]*(?=\n|\Z)"  # a line is whole when it ends with the ``;`` after its last field
 )
 # The fast pattern starts with a literal, which the engine finds with a plain substring search, so
 # whatever stands before the fields (timestamps, levels, logger names) costs almost nothing. The
 # optional ``Device: [n]; `` prefix is read with fixed-width look-behinds (up to 4 digits).
 _DEVICE = "|".join(rf"(?<=Device: \[(\d{{{w}}})\]; ETL: )" for w in range(1, 5))
-_FAST = re.compile(rf"ETL: (?:{_DEVICE})?{_NUM} ms; {_BODY}")
+_FAST = re.compile(rf"ETL: (?:{_DEVICE})?{_NUM} ms; {_BODY}", re.ASCII)
 # The general pattern also reads lines without ``ETL`` (report_etl=False); it is slower, so it runs
 # only when such lines exist.
-_GENERAL = re.compile(rf"^[^\n]*?(?:Device: \[(\d+)\]; )?(?:ETL: {_NUM} ms; )?{_BODY}", re.MULTILINE)
+_GENERAL = re.compile(rf"^[^\n]*?(?:Device: \[(\d+)\]; )?(?:ETL: {_NUM} ms; )?{_BODY}", re.MULTILINE | re.ASCII)
+#: The fast pattern's device groups (one per look-behind width); the general pattern has one.
+_DEVICE_GROUPS = 4
 _GROUPS = (
     "device", _ETL.name, _ITERATION.name, *(f.name for f in _DL4J_REST), "gc", *(f.name for f in TRAINPERF_FIELDS),
     "warmup", "verdict", "verdict_pct",
 )
 # ``[PS Scavenge: 2 (1ms)]``, ``[gen0: 3 (0.41ms)]``, ``[cuda_alloc_retries: 1]``; a newline marks a line's end.
-_GC = re.compile(r"\[([^:\]\n]+): (\d+)(?: \(" + _NUM + r" ?ms\))?\]|(\n)")
+_GC = re.compile(r"\[([^:\]\n]+): (\d+)(?: \(" + _NUM + r" ?ms\))?\]|(\n)", re.ASCII)
+
+
+#: What a field's text can be for it to be a number: decimals (with an exponent, as Java writes
+#: ``1.0E-5``), and ``NaN``/``Infinity`` as Deeplearning4j writes them or ``nan``/``inf`` as Python does.
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:Infinity|inf|Inf)|NaN|nan", re.ASCII)
+
+
+_INF = float("inf")
 
 
 def to_float(text: Any) -> float | None:
-    """A number from a field's text (``NaN``/``Infinity`` included); ``None`` for anything else."""
-    if text is None or text == "" or isinstance(text, bool):
+    """A number from a field's text or a JSON value; ``None`` for anything else, and for ``NaN``
+    (which a DataFrame cannot tell from a missing value, so neither view does)."""
+    value = read_number(text)
+    return None if value is None or value != value else value
+
+
+def read_number(text: Any) -> float | None:
+    """A number from a field's text or a JSON value, ``NaN`` included; ``None`` for anything else."""
+    if text is None or isinstance(text, bool):
         return None
     if isinstance(text, (int, float)):
         return float(text)
-    try:
-        return float(text)  # float() reads NaN, Infinity, inf
-    except (ValueError, TypeError):
+    if not isinstance(text, str) or not _NUMBER.fullmatch(text):
         return None
+    value = float(text)
+    if value in (_INF, -_INF) and text[-1].isdigit():
+        return None  # digits past what a float holds are not infinity
+    return value
 
 
 @dataclass
@@ -105,36 +130,21 @@ class TextRows:
             return [v or None for v in values]
         if name == "warmup":
             return [bool(v) for v in values]
-        return [to_float(v) for v in values]
+        return list(map(to_float, values))
 
     def to_frame(self, pd: Any) -> Any:
-        """A DataFrame: numbers as float64, ``verdict`` as text, ``warmup`` as bool."""
-        names = list(self.raw)
-        if not self.rows:
-            return pd.DataFrame({name: pd.Series(dtype="float64") for name in names})
-        # ``\x1f`` (unit separator) cannot stand in a field: the patterns stop at spaces and ``;``,
-        # JSON numbers are written by ``str``, and the ``verdict`` word is ``[\w-]+``.
-        columns = [["" if v is None else ("1" if v is True else str(v)) for v in self.raw[name]] for name in names]
-        text = "\n".join(map("\x1f".join, zip(*columns, strict=True)))
-        dtypes = {name: ("object" if name in TEXT_COLUMNS else "float64") for name in names}
-        try:
-            frame = _read_separated(pd, text, names, dtypes)
-        except ValueError:
-            # a stray non-number somewhere: read everything as text, then coerce column by column
-            frame = _read_separated(pd, text, names, dict.fromkeys(names, "object"))
-            for name in names:
-                if dtypes[name] == "float64":
-                    frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
-        if "warmup" in frame:
-            frame["warmup"] = frame["warmup"].notna()
-        return frame
+        """A DataFrame: numbers as float64, ``verdict`` as text, ``warmup`` as bool; every value as
+        :meth:`column` reads it, so the two views cannot disagree."""
+        import numpy as np
 
-
-def _read_separated(pd: Any, text: str, names: list[str], dtypes: dict[str, str]) -> Any:
-    return pd.read_csv(
-        io.StringIO(text), sep="\x1f", header=None, names=names, dtype=dtypes, quoting=3, engine="c",
-        skip_blank_lines=False,
-    )
+        data: dict[str, Any] = {}
+        for name in self.raw:
+            values = self.column(name)
+            if name in TEXT_COLUMNS:
+                data[name] = np.asarray(values, dtype=object if name == "verdict" else bool)
+            else:
+                data[name] = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
+        return pd.DataFrame(data, index=pd.RangeIndex(self.rows))
 
 
 def scan_lines(text: str, *, numbered: bool = False) -> TextRows:
@@ -142,27 +152,32 @@ def scan_lines(text: str, *, numbered: bool = False) -> TextRows:
 
     With ``numbered``, :attr:`TextRows.lines` gives each row's line number in ``text`` (from 0).
     """
-    matches, shift, starts = _find(text, numbered)
+    matches, starts = _find(text, numbered)
     columns: dict[str, list[Any]] = {}
     for i, name in enumerate(_GROUPS):
         if name == "gc":
             continue
-        if name == "device" and shift:
+        if name == "device":
             found = [m[0] or m[1] or m[2] or m[3] for m in matches] if "Device: [" in text else [""] * len(matches)
         else:
-            at = i + shift
+            at = i + _DEVICE_GROUPS - 1
             found = [m[at] for m in matches]
         columns[name] = found
     gc_columns: dict[str, list[Any]] = {}
-    gc_at = _GROUPS.index("gc") + shift
+    gc_at = _GROUPS.index("gc") + _DEVICE_GROUPS - 1
     _parse_gc([m[gc_at] for m in matches], 0, len(matches), gc_columns)
     raw = {name: columns[name] for name in COLUMNS if name == "iteration" or any(columns[name])}
     raw.update(gc_columns)
     lines = None
     if numbered:
-        newlines = [m.start() for m in re.finditer("\n", text)]
-        lines = [bisect.bisect_left(newlines, start) for start in starts]
+        lines = _line_numbers(text, starts)
     return TextRows(raw=raw, rows=len(matches), lines=lines)
+
+
+def _line_numbers(text: str, starts: list[int]) -> list[int]:
+    """The line number (from 0) of each offset in ``starts``."""
+    newlines = [m.start() for m in re.finditer("\n", text)]
+    return [bisect.bisect_left(newlines, start) for start in starts]
 
 
 def parse_line(line: str) -> dict[str, Any] | None:
@@ -173,17 +188,35 @@ def parse_line(line: str) -> dict[str, Any] | None:
     return {name: values[0] for name, values in rows.raw.items() if values[0] not in ("", None)}
 
 
-def _find(text: str, numbered: bool) -> tuple[list[tuple[str, ...]], int, list[int]]:
-    """The listener lines' captured fields, the offset of ``device`` in each tuple (the fast pattern
-    holds four device groups, of which one at most matched; the general one holds one), and, when
-    ``numbered``, where each match starts."""
-    # Every listener line has an ETL field unless ``iteration N;`` stands without ``ms; `` before it.
-    count = text.count("iteration ") - text.count("iteration time") - text.count("iteration p50")
-    pattern, shift = (_FAST, 3) if count == text.count(" ms; iteration ") else (_GENERAL, 0)
+def _find(text: str, numbered: bool) -> tuple[list[tuple[str, ...]], list[int]]:
+    """The listener lines' captured fields, in the fast pattern's layout (four device groups, of
+    which one at most matched), and, when ``numbered`` or when both patterns ran, where each match
+    starts.
+
+    The fast pattern reads the lines that have an ``ETL`` field. Only when the text holds more
+    ``iteration N`` than the fast pattern found does the general one read the lines it left, as
+    some of them may be listener lines without ``ETL`` (``report_etl=False``)."""
+    candidates = text.count("iteration ") - text.count("iteration time") - text.count("iteration p50")
     if not numbered:
-        return pattern.findall(text), shift, []
-    found = [(m.start(), m.groups("")) for m in pattern.finditer(text)]
-    return [groups for _, groups in found], shift, [start for start, _ in found]
+        fast = _FAST.findall(text)
+        if len(fast) >= candidates:
+            return fast, []
+    found = [(m.start(), m.groups("")) for m in _FAST.finditer(text)]
+    if len(found) < candidates:
+        found = _add_lines_without_etl(text, found)
+    return [groups for _, groups in found], [start for start, _ in found]
+
+
+def _add_lines_without_etl(text: str, found: list[tuple[int, tuple[str, ...]]]) -> list[tuple[int, tuple[str, ...]]]:
+    """``found`` (the fast pattern's matches with their offsets) and the general pattern's matches on
+    the lines that the fast pattern did not read, in the order of the text."""
+    taken = {text.rfind("\n", 0, start) for start, _ in found}  # each read line, by the newline before it
+    more = [
+        (m.start(), (m.group(1) or "", "", "", "", *m.groups("")[1:]))
+        for m in _GENERAL.finditer(text)
+        if text.rfind("\n", 0, m.start()) not in taken
+    ]
+    return sorted(found + more, key=lambda item: item[0]) if more else found
 
 
 def _parse_gc(texts: list[str], start: int, n: int, out: dict[str, list[Any]]) -> None:
@@ -215,7 +248,7 @@ def _parse_gc_uniform(texts: list[str], start: int, out: dict[str, list[Any]]) -
         "^"
         + ", ".join(rf"\[{re.escape(name)}: (\d+)(?: \({_NUM} ?ms\))?\]" for name in names)
         + "$",
-        re.MULTILINE,
+        re.MULTILINE | re.ASCII,
     )
     found = layout.findall("\n".join(texts))
     if len(found) != len(texts):
@@ -224,6 +257,10 @@ def _parse_gc_uniform(texts: list[str], start: int, out: dict[str, list[Any]]) -
         out[f"gc.{name}.count"] = [None] * start + [m[2 * i] for m in found]
         out[f"gc.{name}.ms"] = [None] * start + [m[2 * i + 1] for m in found]
     return True
+
+
+#: What may stand around a JSON line's object: JSON's own whitespace, less the newline that ends it.
+JSON_SPACE = " \t\r"
 
 
 def split_json_lines(text: str) -> tuple[TextRows, str, list[int]]:
@@ -235,13 +272,15 @@ def split_json_lines(text: str) -> tuple[TextRows, str, list[int]]:
     raw: dict[str, list[Any]] = {}
     rows = 0
     for number, line in enumerate(text.split("\n")):
-        stripped = line.strip()
+        stripped = line.strip(JSON_SPACE)
         if not stripped.startswith("{"):
             rest.append(line)
             rest_lines.append(number)
             continue
         fields = _json_fields(stripped)
-        if fields is None:
+        if fields is None:  # not a JSON record: perhaps a listener line behind a logger prefix with a ``{``
+            rest.append(line)
+            rest_lines.append(number)
             continue
         for key, value in fields.items():
             values = raw.get(key)
@@ -253,13 +292,20 @@ def split_json_lines(text: str) -> tuple[TextRows, str, list[int]]:
         for values in raw.values():
             if len(values) < rows:
                 values.append(None)
-    ordered = {name: raw[name] for name in itertools.chain(COLUMNS, raw) if name in raw}
+    # a column is there when some line has a value for it, as with the other kinds of line
+    ordered = {
+        name: raw[name]
+        for name in itertools.chain(COLUMNS, raw)
+        if name in raw and (name == "iteration" or any(v is not None and v != "" for v in raw[name]))
+    }
+    for name in [name for name in raw if name.startswith("gc.") and name.endswith(".count") and name in ordered]:
+        ordered[name[:-5] + "ms"] = raw[name[:-5] + "ms"]  # a collector's two columns go together
     return TextRows(raw=ordered, rows=rows, lines=json_lines), "\n".join(rest), rest_lines
 
 
 def parse_json_line(line: str) -> dict[str, Any] | None:
     """The fields of one JSON line (``None`` if it is not a record)."""
-    fields = _json_fields(line.strip())
+    fields = _json_fields(line.strip(JSON_SPACE))
     if fields is None:
         return None
     return {name: value for name, value in fields.items() if value is not None and value != ""}
@@ -271,6 +317,9 @@ def _json_fields(line: str) -> dict[str, Any] | None:
     except (ValueError, RecursionError):  # RecursionError: nested deeper than the interpreter allows
         return None
     if not isinstance(obj, dict) or _json_number(obj.get("iteration")) is None:
+        return None
+    gc = obj.get("gc")
+    if isinstance(gc, dict) and len(gc) > MAX_COLLECTORS:
         return None
     return _flatten_json(obj)
 
@@ -292,7 +341,7 @@ def _json_number(value: Any) -> int | float | None:
     if isinstance(value, int):
         return value if abs(value) < 2.0**1023 else None
     if isinstance(value, str):
-        return to_float(value)
+        return read_number(value)
     return None
 
 

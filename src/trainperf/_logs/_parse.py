@@ -10,12 +10,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ._lines import COLUMNS, INTEGER_COLUMNS, TextRows, scan_lines, split_json_lines, to_float
+from ._lines import COLUMNS, INTEGER_COLUMNS, JSON_SPACE, TextRows, scan_lines, split_json_lines, to_float
 
 __all__ = ["ParsedLog", "parse_log"]
 
 #: A listener line cut in the middle: it has the ``ETL:`` field but does not end with ``;``.
 _CUT = re.compile(rb"ETL: [^\n]*+(?<![;\s])(?:\n|\Z)")  # possessive: one pass per line, no backtracking
+
+#: A line that starts a JSON object.
+_JSON_LINE = re.compile(rf"^[{JSON_SPACE}]*\{{", re.MULTILINE)
 
 #: Logs at least this long are read in bulk when pandas is installed (see ``_parse_bulk``).
 BULK_MIN_BYTES = 1 << 20
@@ -64,7 +67,7 @@ class ParsedLog:
             return [v is True for v in values]
         if name == "verdict":
             return [v if isinstance(v, str) and v else None for v in values]
-        return [to_float(v) if v == v else None for v in values]
+        return list(map(to_float, values))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         converted = {name: self.column(name) for name in self.columns}
@@ -189,7 +192,7 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
         return ParsedLog(frame=frame, skipped=lines - len(frame), truncated=truncated)
     lines = data.count(b"\n")
     text = data.decode("utf-8", errors="replace")
-    if re.match(r"\s*\{", text) is None and "\n{" not in text:
+    if _JSON_LINE.search(text) is None:
         rows = scan_lines(text)
     else:  # JSON lines, perhaps among other lines: both kinds in the order of the log
         json_rows, rest, rest_lines = split_json_lines(text)
@@ -200,6 +203,8 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
 
 def _merge(first: TextRows, first_lines: list[int], second: TextRows, second_lines: list[int]) -> TextRows:
     """The rows of ``first`` and ``second`` together, in the order of their line numbers."""
+    if not first.rows and not second.rows:
+        return TextRows(raw={"iteration": []})
     if not second.rows:
         return first
     if not first.rows:
