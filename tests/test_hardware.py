@@ -130,3 +130,28 @@ def test_nvml_probe_reads_utilisation_and_memory_from_nvml():
         raise RuntimeError("NVML Shared Library Not Found")
 
     assert nvml_probe(torch.device("cuda", 0), SimpleNamespace(nvmlInit=no_driver)) is None
+
+
+def test_cuda_memory_figures_come_from_one_read_of_the_allocators_nested_counters(monkeypatch):
+    """``torch.cuda.memory_stats`` flattens and sorts every counter in Python on each call (and
+    ``max_memory_allocated`` calls it): a report reads the nested counters once per figure source."""
+    import torch
+
+    from trainperf.torch._cuda import alloc_retries_reader, memory_probe
+
+    nested = {"allocated_bytes": {"all": {"peak": 3 * 2**20}}, "reserved_bytes": {"all": {"peak": 8 * 2**20}},
+              "num_alloc_retries": 2}
+    reads, resets = [], []
+    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", lambda device: reads.append(device) or nested)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: resets.append(device))
+
+    def flattening(*args, **kwargs):
+        raise AssertionError("the flattened counters were read")
+
+    for name in ("memory_stats", "max_memory_allocated", "max_memory_reserved"):
+        monkeypatch.setattr(torch.cuda, name, flattening)
+    device = torch.device("cuda", 0)
+    assert memory_probe(device)() == {"cuda_allocated_max_mb": 3.0, "cuda_reserved_max_mb": 8.0}
+    name, collector = alloc_retries_reader(device)
+    assert (name, collector()) == ("cuda_alloc_retries", (2, None))
+    assert reads == [device, device] and resets == [device]

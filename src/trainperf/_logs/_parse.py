@@ -216,6 +216,22 @@ def _merge(first: TextRows, first_lines: list[int], second: TextRows, second_lin
     for name in dict.fromkeys(names):
         values = first.raw.get(name, [None] * first.rows) + second.raw.get(name, [None] * second.rows)
         raw[name] = [values[i] for i in order]
+    # Collectors in the order the log names them: by the first row that has one, then as that row
+    # names them (which is how the bulk reader's columns come out too).
+    named = list(raw)
+    sources = (list(first.raw), list(second.raw))
+
+    def first_named(name: str) -> tuple[int, int]:
+        row = next((i for i, v in enumerate(raw[name]) if to_float(v) is not None), None)
+        if row is None:
+            return len(order), named.index(name)
+        source = sources[order[row] >= first.rows]
+        return row, source.index(name)
+
+    collectors = sorted((n for n in named if n.startswith("gc.") and n.endswith(".count")), key=first_named)
+    raw = {n: raw[n] for n in named if not n.startswith("gc.")} | {
+        c: raw[c] for n in collectors for c in (n, n[:-5] + "ms")
+    }
     return TextRows(raw=raw, rows=first.rows + second.rows)
 
 

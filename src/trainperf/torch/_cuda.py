@@ -111,6 +111,17 @@ class CudaTimeline:
         return value
 
 
+def _allocator_stats(device: torch.device) -> dict[str, Any]:
+    """The caching allocator's counters, nested as the allocator keeps them. ``torch.cuda.memory_stats``
+    (and ``max_memory_allocated``, which reads it) flattens and sorts all of them in Python on every
+    call, which costs far more than the few figures read here."""
+    return torch.cuda.memory_stats_as_nested_dict(device)
+
+
+def _peak_mb(stats: dict[str, Any], name: str) -> float:
+    return float(stats.get(name, {}).get("all", {}).get("peak", 0)) / _MB
+
+
 def memory_probe(device: torch.device) -> Probe:
     """The caching allocator's peaks of allocated and reserved memory since the previous read
     (host-side counters: no synchronisation), reset at each read.
@@ -120,9 +131,10 @@ def memory_probe(device: torch.device) -> Probe:
     """
 
     def read() -> dict[str, float | None]:
+        stats = _allocator_stats(device)
         out: dict[str, float | None] = {
-            "cuda_allocated_max_mb": torch.cuda.max_memory_allocated(device) / _MB,
-            "cuda_reserved_max_mb": torch.cuda.max_memory_reserved(device) / _MB,
+            "cuda_allocated_max_mb": _peak_mb(stats, "allocated_bytes"),
+            "cuda_reserved_max_mb": _peak_mb(stats, "reserved_bytes"),
         }
         torch.cuda.reset_peak_memory_stats(device)
         return out
@@ -134,6 +146,6 @@ def alloc_retries_reader(device: torch.device) -> tuple[str, Collector]:
     """A collector for the caching allocator's retries (its "full GC": freeing cached blocks and retrying)."""
 
     def read() -> tuple[int, float | None]:
-        return int(torch.cuda.memory_stats(device).get("num_alloc_retries", 0)), None
+        return int(_allocator_stats(device).get("num_alloc_retries", 0)), None
 
     return "cuda_alloc_retries", read
