@@ -319,7 +319,29 @@ class _BulkReader:
         frame = self.pd.concat([p[1] for p in pieces], ignore_index=True, sort=False)
         if not (self.np.diff(numbers) > 0).all():  # lines of several shapes, read apart
             frame = frame.take(self.np.argsort(numbers, kind="stable")).reset_index(drop=True)
-        return frame
+        collectors = [c for c in _collectors_as_named(pieces) if c in frame.columns]
+        others = [c for c in frame.columns if c not in collectors]
+        return frame[others + collectors] if collectors else frame
+
+
+def _collectors_as_named(pieces: list[tuple[Any, Any]]) -> list[str]:
+    """The collectors' columns in the order the log names them: by the first line that has one,
+    then as that line names them."""
+    first: dict[str, tuple[int, int]] = {}
+    for numbers, frame in pieces:
+        columns = list(frame.columns)
+        for at, column in enumerate(columns):
+            if not (column.startswith("gc.") and column.endswith(".count")):
+                continue
+            ms = column[:-5] + "ms"
+            present = frame[column].notna().to_numpy()
+            if ms in frame:
+                present = present | frame[ms].notna().to_numpy()
+            lines = numbers[present]
+            key = (int(lines.min()) if len(lines) else 1 << 62, at)
+            if column not in first or key < first[column]:
+                first[column] = key
+    return [c for name in sorted(first, key=first.__getitem__) for c in (name, name[:-5] + "ms")]
 
 
 def read_bulk(data: bytes, pd: Any) -> tuple[Any, int]:

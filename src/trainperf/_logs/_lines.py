@@ -316,8 +316,11 @@ def _json_fields(line: str) -> dict[str, Any] | None:
         obj = json.loads(line)
     except (ValueError, RecursionError):  # RecursionError: nested deeper than the interpreter allows
         return None
-    if not isinstance(obj, dict) or _json_number(obj.get("iteration")) is None:
+    if not isinstance(obj, dict):
         return None
+    iteration = obj.get("iteration")
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or not 0 <= iteration < 2**63:
+        return None  # an iteration is a whole number, as the text lines' ``iteration N;`` is
     gc = obj.get("gc")
     if isinstance(gc, dict) and len(gc) > MAX_COLLECTORS:
         return None
