@@ -113,6 +113,8 @@ def free_port() -> int:
 def run_ranks(plan: Plan, out, limit_s: float = 120.0) -> list[int | None]:
     """Start one process per rank (forked: torch is imported already) and wait for all of them;
     their exit codes, ``None`` for one still running at ``limit_s`` (then killed)."""
+    import torch._dynamo  # noqa: F401 - an optimizer imports it; imported here, the forked ranks share it
+
     ctx = multiprocessing.get_context("fork")
     port = free_port()
     procs = [ctx.Process(target=worker, args=(rank, port, str(out), plan)) for rank in range(plan.world)]
