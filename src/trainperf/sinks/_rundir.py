@@ -137,6 +137,11 @@ class RunDirSink:
             raise ValueError(f"{self!r} is closed")
         f = self._files.get(name)
         if f is None:
+            # another process that took this folder for its own before it knew its rank may have
+            # removed it (see set_rank): put it back, with the meta data
+            if not (self.path / "meta.json").exists():
+                self.path.mkdir(parents=True, exist_ok=True)
+                self._write_meta()
             f = self._files[name] = open(self.path / name, "a", encoding="utf-8")  # noqa: SIM115 - owned
         f.write(text)
         f.flush()
@@ -270,6 +275,7 @@ class RunDirSink:
         self._meta["ended"] = float(self._wall_clock())
         self._meta["timeline_windows"] = self.timeline_windows
         self._meta["timeline_capped"] = self.timeline_capped
+        self.path.mkdir(parents=True, exist_ok=True)
         self._write_meta()
 
     @property
