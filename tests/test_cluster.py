@@ -167,7 +167,8 @@ def test_slow_forward_is_named_compute_and_a_shifted_clock_is_measured(tmp_path)
     assert all("straggler rank 1 (compute" in line for line in rank0["lines"]), rank0["lines"]
     offset, uncertainty = read(tmp_path, 1)["offsets"]["1"]
     assert abs(offset + SHIFT_S) < 0.001 and 0 <= uncertainty < 0.001
-    clock_lines = [json.loads(line) for line in (tmp_path / "own-1" / "rank-1" / "clock.jsonl").read_text().splitlines()]
+    clock_file = tmp_path / "own-1" / "rank-1" / "clock.jsonl"
+    clock_lines = [json.loads(line) for line in clock_file.read_text().splitlines()]
     assert clock_lines and all(abs(c["offset_s"] + SHIFT_S) < 0.001 for c in clock_lines)
     assert all(c["status"] == "aligned" for c in clock_lines)
     from trainperf import build_report

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import IO
 
 from ._atomic import atomic_write
 
@@ -61,5 +62,9 @@ def write_run_dir_files(files: Mapping[str, bytes], run_dir: str | os.PathLike[s
     for name, data in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda f, data=bytes(data): f.write(data), binary=True)
+        atomic_write(path, _writer(bytes(data)), binary=True)
     return root
+
+
+def _writer(data: bytes) -> Callable[[IO[bytes]], int]:
+    return lambda f: f.write(data)
