@@ -47,10 +47,11 @@ def test_torch_distributor_ranks_report_and_rank_zero_returns_the_run_directory(
             for p in model.parameters():
                 dist.all_reduce(p.grad)
             opt.step()
-        listener.close()
-        rank = dist.get_rank()
+        listener.close()  # rank 0 now holds every rank's files
+        dist.barrier()
         dist.destroy_process_group()
-        return run_dir_files(run_dir) if rank == 0 else None
+        # every rank returns them: in local mode each process writes its return value, the last one wins
+        return run_dir_files(run_dir)
 
     spark = (SparkSession.builder.master("local[2]").appName("trainperf-test")
              .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1").getOrCreate())

@@ -29,7 +29,8 @@ def run_dir_files(run_dir: str | os.PathLike[str]) -> dict[str, bytes]:
     Example:
         >>> def train_fn(run_dir):  # doctest: +SKIP
         ...     ...  # train with PerformanceListener(..., run_dir=run_dir)
-        ...     return run_dir_files(run_dir) if dist.get_rank() == 0 else None
+        ...     listener.close(); dist.barrier()
+        ...     return run_dir_files(run_dir)
     """
     root = Path(run_dir)
     if not root.is_dir():
