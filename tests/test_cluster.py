@@ -1,58 +1,106 @@
-"""Ranks of a real ``torch.distributed`` run (gloo, spawned locally): rank 0's cluster line names the
-rank whose loader holds the others back, clocks are estimated, and rank 0 gets every rank's files."""
+"""Ranks of a real ``torch.distributed`` run (gloo, started locally): rank 0's cluster line names the
+rank that holds the others back and why, clocks are estimated, a rank that dies is marked silent
+without holding the others, and rank 0 gets every rank's files."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import socket
 import time
+from dataclasses import dataclass, field
 
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+pytestmark = [
+    pytest.mark.realtime,
+    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
+]
+
+
+@dataclass
+class Plan:
+    """What each rank of a run does."""
+
+    world: int = 2
+    iterations: int = 40
+    frequency: int = 5
+    cluster_every: int = 2
+    timeout_s: float = 20.0
+    ddp: bool = False  # else the gradients are all-reduced by hand, which keeps the ranks in lock-step too
+    lockstep: bool = True
+    data_delay: dict[int, float] = field(default_factory=dict)  # rank -> seconds per batch
+    forward_delay: dict[int, float] = field(default_factory=dict)  # rank -> seconds per forward pass
+    wall_shift: dict[int, float] = field(default_factory=dict)  # rank -> seconds added to its wall clock
+    exit_after: dict[int, int] = field(default_factory=dict)  # rank -> iterations before it dies
 
 
 class Sleepy(torch.utils.data.Dataset):
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
+    def __init__(self, delay: float, n: int) -> None:
+        self.delay, self.n = delay, n
 
     def __len__(self) -> int:
-        return 40
+        return self.n
 
     def __getitem__(self, i):
-        time.sleep(self.delay)
+        if self.delay:
+            time.sleep(self.delay)
         return torch.randn(8, 4), torch.randn(8, 1)
 
 
-def worker(rank: int, world: int, port: int, out: str, slow_rank: int) -> None:
+class SlowLinear(torch.nn.Module):
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+        self.delay = delay
+
+    def forward(self, x):
+        if self.delay:
+            time.sleep(self.delay)
+        return self.linear(x)
+
+
+def worker(rank: int, port: int, out: str, plan: Plan) -> None:
     import warnings
 
     from trainperf import PerformanceListener
     from trainperf.torch import attach
 
     warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", rank=rank, world_size=plan.world)
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+    model = SlowLinear(plan.forward_delay.get(rank, 0.0))
+    if plan.ddp:
+        model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    listener = PerformanceListener(5, sinks=[], run_dir=os.path.join(out, f"own-{rank}"), cluster_every=2,
-                                   cluster_timeout_s=20)
+    shift = plan.wall_shift.get(rank, 0.0)
+    listener = PerformanceListener(plan.frequency, sinks=[], run_dir=os.path.join(out, f"own-{rank}"),
+                                   cluster_every=plan.cluster_every, cluster_timeout_s=plan.timeout_s,
+                                   wall_clock=lambda: time.time() + shift)
     attach(model, listener)
-    loader = torch.utils.data.DataLoader(Sleepy(0.03 if rank == slow_rank else 0.001), batch_size=None)
-    for x, y in loader:
+    loader = torch.utils.data.DataLoader(Sleepy(plan.data_delay.get(rank, 0.0), plan.iterations), batch_size=None)
+    started = time.monotonic()
+    for i, (x, y) in enumerate(loader):
+        if i == plan.exit_after.get(rank):
+            os._exit(3)
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
+        if plan.lockstep and not plan.ddp:
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
         opt.step()
     cluster = next(s for s in listener.sinks if type(s).__name__ == "Cluster")
     listener.close()
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump({"lines": cluster.lines, "offsets": {str(k): v for k, v in cluster.offsets.items()}}, f)
+        json.dump({"lines": cluster.lines, "offsets": {str(k): v for k, v in cluster.offsets.items()},
+                   "silent": {str(k): v for k, v in cluster.silent.items()},
+                   "seconds": time.monotonic() - started}, f)
     dist.destroy_process_group()
 
 
@@ -62,19 +110,98 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def run_ranks(plan: Plan, out, limit_s: float = 120.0) -> list[int | None]:
+    """Start one process per rank (forked: torch is imported already) and wait for all of them;
+    their exit codes, ``None`` for one still running at ``limit_s`` (then killed)."""
+    import torch._dynamo  # noqa: F401 - an optimizer imports it; imported here, the forked ranks share it
+
+    ctx = multiprocessing.get_context("fork")
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(rank, port, str(out), plan)) for rank in range(plan.world)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + limit_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    codes = [p.exitcode for p in procs]
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    return codes
+
+
+def read(out, rank: int) -> dict:
+    return json.loads((out / f"rank{rank}.json").read_text())
+
+
 def test_rank_zero_names_the_rank_with_the_slow_loader_and_gets_every_ranks_files(tmp_path):
-    mp.spawn(worker, args=(2, free_port(), str(tmp_path), 1), nprocs=2, join=True)
-    rank0 = json.loads((tmp_path / "rank0.json").read_text())
+    assert run_ranks(Plan(ddp=True, data_delay={0: 0.001, 1: 0.03}), tmp_path) == [0, 0]
+    rank0 = read(tmp_path, 0)
     assert rank0["lines"], "rank 0 logged no cluster line"
     assert all("straggler rank 1 (data" in line for line in rank0["lines"]), rank0["lines"]
-    rank1 = json.loads((tmp_path / "rank1.json").read_text())
-    offset, uncertainty = rank1["offsets"]["1"]
+    offset, uncertainty = read(tmp_path, 1)["offsets"]["1"]
     assert abs(offset) < 0.05 and 0 <= uncertainty < 0.05  # one machine: one clock
     # rank 0's own run directory alone holds both ranks (their disks are not shared here)
     assert (tmp_path / "own-0" / "rank-1" / "windows.jsonl").exists()
+    assert json.loads((tmp_path / "own-1" / "rank-1" / "meta.json").read_text())["rank"] == 1
+    assert not (tmp_path / "own-1" / "rank-0").exists()  # the listener moved to its rank's folder
     from trainperf import build_report
 
     report = build_report(tmp_path / "own-0")
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
     assert [s["rank"] for s in report["stragglers"]] == [1]
     assert report["stragglers"][0]["cause"] == "data"
+
+
+SHIFT_S = 5.0
+
+
+def test_slow_forward_is_named_compute_and_a_shifted_clock_is_measured(tmp_path):
+    """Rank 1's forward pass sleeps and its wall clock runs ``SHIFT_S`` ahead. Offsets are what to
+    add to a rank's clock to get rank 0's (aligned = local + offset), so rank 1's is ``-SHIFT_S``."""
+    plan = Plan(forward_delay={1: 0.03}, wall_shift={1: SHIFT_S})
+    assert run_ranks(plan, tmp_path) == [0, 0]
+    rank0 = read(tmp_path, 0)
+    assert rank0["lines"], "rank 0 logged no cluster line"
+    assert all("straggler rank 1 (compute" in line for line in rank0["lines"]), rank0["lines"]
+    offset, uncertainty = read(tmp_path, 1)["offsets"]["1"]
+    # within 1 ms, widened by the estimate's own uncertainty (half its best round trip), which a busy
+    # machine can push past a millisecond
+    tolerance = 0.001 + uncertainty
+    assert abs(offset + SHIFT_S) < tolerance and 0 <= uncertainty < 0.05
+    clock_file = tmp_path / "own-1" / "rank-1" / "clock.jsonl"
+    clock_lines = [json.loads(line) for line in clock_file.read_text().splitlines()]
+    assert clock_lines and all(abs(c["offset_s"] + SHIFT_S) < 0.001 + c["uncertainty_s"] for c in clock_lines)
+    assert all(c["status"] == "aligned" for c in clock_lines)
+    from trainperf import build_report
+
+    report = build_report(tmp_path / "own-0")
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert [(s["rank"], s["cause"]) for s in report["stragglers"]] == [(1, "compute")]
+    clocks = {c["rank"]: c for c in report["clocks"]}
+    assert clocks[0]["status"] == "reference" and clocks[0]["offset_ms"] == 0.0
+    assert clocks[1]["status"] == "aligned" and abs(clocks[1]["offset_ms"] + 1000 * SHIFT_S) < 1000 * tolerance
+
+
+def test_a_rank_that_dies_is_marked_silent_and_the_others_finish_within_the_timeout(tmp_path):
+    """Rank 2 exits after 15 of 60 iterations (three reports); ranks 0 and 1 wait for it at most
+    ``timeout_s`` once, finish, and rank 0's report names rank 2 silent since it stopped."""
+    timeout_s = 3.0
+    plan = Plan(world=3, iterations=60, cluster_every=1, timeout_s=timeout_s, lockstep=False,
+                data_delay={0: 0.01, 1: 0.01, 2: 0.01}, exit_after={2: 15})
+    begun = time.time()
+    codes = run_ranks(plan, tmp_path, limit_s=60.0)
+    assert codes == [0, 0, 3]
+    rank0, rank1 = read(tmp_path, 0), read(tmp_path, 1)
+    # 60 iterations of 10 ms, one wait for the dead rank, the rest is slack for a busy machine
+    assert rank0["seconds"] < 0.6 + timeout_s + 8.0 and rank1["seconds"] < 0.6 + timeout_s + 8.0
+    assert list(rank0["silent"]) == ["2"]
+    from trainperf import build_report
+
+    report = build_report(tmp_path / "own-0")
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]  # rank 2 never sent its files
+    assert [s["rank"] for s in report["silent"]] == [2]
+    since = report["silent"][0]["since"]
+    assert begun < since < time.time()
+    assert rank0["lines"] and all("silent: rank 2" in line for line in rank0["lines"][-2:])

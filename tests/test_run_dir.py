@@ -157,3 +157,30 @@ def test_readers_skip_cut_and_hostile_lines(tmp_path):
     assert ranks[1].n_windows == 5 and ranks[1].skipped["windows"] == 4
     assert ranks[1].skipped["timeline"] == 4 and ranks[1].clock.status == "unknown"
     assert ranks[0].meta == {}
+
+
+def test_run_dir_files_round_trip_and_refuse_paths_outside_rank_folders(tmp_path):
+    from trainperf import run_dir_files, write_run_dir_files
+
+    for rank in (0, 1):
+        with RunDirSink(tmp_path / "run", rank=rank, world_size=2) as sink:
+            sink.event({"kind": "cluster"})
+    files = run_dir_files(tmp_path / "run")
+    assert sorted(files) == ["rank-0/events.jsonl", "rank-0/meta.json", "rank-1/events.jsonl", "rank-1/meta.json"]
+    copy = write_run_dir_files(files, tmp_path / "copy")
+    assert run_dir_files(copy) == files
+    for bad in ("../x", "rank-0/../../x", "/etc/x", "rank-0/.."):
+        with pytest.raises(ValueError, match="rank-<r>/<name>"):
+            write_run_dir_files({bad: b""}, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_sink_moves_to_the_rank_set_before_it_wrote_lines(tmp_path):
+    sink = RunDirSink(tmp_path, rank=0)
+    sink.set_rank(2)
+    assert not (tmp_path / "rank-0").exists()
+    assert json.loads((tmp_path / "rank-2" / "meta.json").read_text())["rank"] == 2
+    sink.event({"kind": "cluster"})
+    with pytest.raises(ValueError, match="cannot move"):
+        sink.set_rank(3)
+    sink.close()

@@ -6,6 +6,7 @@ from ._listener import BottleneckWarning, PerformanceListener
 from ._logs import ParsedLog, parse_log, plot
 from ._record import SCHEMA_VERSION, GCStat, PerformanceRecord, Verdict
 from ._report import build_report
+from ._run_dir_copy import run_dir_files, write_run_dir_files
 from ._summary import RunSummary
 from ._timeline import DeviceTimeline
 from .sinks import LoggingSink, MemorySink, RunDirSink, Sink, SinkError
@@ -35,4 +36,6 @@ __all__ = [
     "format_line",
     "parse_log",
     "plot",
+    "run_dir_files",
+    "write_run_dir_files",
 ]

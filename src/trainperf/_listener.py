@@ -351,8 +351,16 @@ class PerformanceListener:
         self._explicit_source = check_str("source", source, empty=False)
 
     def set_rank(self, rank: int | None) -> None:
-        """The process rank that later records carry (adapters call it when they find a process group)."""
+        """The process rank that later records carry (adapters call it when they find a process group).
+        A run directory that has received nothing yet moves to the rank's folder."""
         self.rank = check_int("rank", rank, optional=True)
+        if self._run_dir is not None and rank is not None:
+            sink = self._run_dir[0]
+            if sink.rank != rank and not sink.closed:
+                try:
+                    sink.set_rank(rank)
+                except ValueError as exc:
+                    warnings.warn(f"trainperf: {exc}", SinkError, stacklevel=2)
 
     def use_device(self, index: int | None, timeline: DeviceTimeline | None = None) -> None:
         """The model runs on device ``index`` (a CUDA ordinal): later records carry it, and with a

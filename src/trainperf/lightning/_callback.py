@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .._listener import PerformanceListener
 from .._timeline import DeviceTimeline
 from ..sinks import LoggerSink, Sink
-from ..torch.shared import batch_size, loader_advisor, use_model_device
+from ..torch.shared import batch_size, join_cluster, loader_advisor, use_model_device
 from ._compat import callback_base
 
 if TYPE_CHECKING:
@@ -139,6 +139,7 @@ class PerformanceCallback(_CallbackBase):
         self._timeline = listener.timeline
         if getattr(trainer, "world_size", 1) > 1:
             listener.set_rank(trainer.global_rank)
+            join_cluster(listener, pl_module)  # a no-op without an initialised process group
         self._last_step = trainer.global_step
         # Manual optimization may step several optimizers per batch (a GAN): an iteration is then
         # one training batch, and the record counts its optimizer steps.

@@ -137,6 +137,11 @@ class RunDirSink:
             raise ValueError(f"{self!r} is closed")
         f = self._files.get(name)
         if f is None:
+            # another process that took this folder for its own before it knew its rank may have
+            # removed it (see set_rank): put it back, with the meta data
+            if not (self.path / "meta.json").exists():
+                self.path.mkdir(parents=True, exist_ok=True)
+                self._write_meta()
             f = self._files[name] = open(self.path / name, "a", encoding="utf-8")  # noqa: SIM115 - owned
         f.write(text)
         f.flush()
@@ -229,6 +234,35 @@ class RunDirSink:
         data.setdefault("t", float(self._wall_clock()))
         self._append("events.jsonl", _line(data))
 
+    def set_rank(self, rank: int) -> None:
+        """Move to ``rank``'s folder, when this sink has written nothing but its ``meta.json`` yet
+        (a listener built before its process group knew the rank). The meta data this sink wrote
+        under the old rank is removed, unless another process has replaced it since.
+
+        Raises:
+            ValueError: ``rank`` is not a non-negative int, or lines were already written.
+        """
+        rank = _check_rank("rank", rank, optional=False)  # type: ignore[assignment]
+        if rank == self.rank:
+            return
+        if self._files or self._closed:
+            raise ValueError(f"{self!r} has written lines already; it cannot move to rank {rank}")
+        if self.world_size is not None and self.world_size <= rank:
+            self.world_size = None
+        old = self.path
+        try:
+            meta = json.loads((old / "meta.json").read_text(encoding="utf-8"))
+            if meta.get("pid") == os.getpid() and meta.get("rank") == self.rank:
+                (old / "meta.json").unlink()
+                old.rmdir()  # only when empty: another rank may share the folder
+        except (OSError, ValueError, AttributeError):
+            pass
+        self.rank = rank
+        self.path = rank_dir(old.parent, rank)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._meta.update(rank=rank, world_size=self.world_size)
+        self._write_meta()
+
     # ------------------------------------------------------------------ teardown
     def close(self) -> None:
         """Close the files and write ``ended`` (and ``timeline_capped``) to ``meta.json``. Idempotent."""
@@ -241,6 +275,7 @@ class RunDirSink:
         self._meta["ended"] = float(self._wall_clock())
         self._meta["timeline_windows"] = self.timeline_windows
         self._meta["timeline_capped"] = self.timeline_capped
+        self.path.mkdir(parents=True, exist_ok=True)
         self._write_meta()
 
     @property

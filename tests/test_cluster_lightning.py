@@ -1,0 +1,83 @@
+"""Lightning's DDP on CPU (two ranks, the script launched again for rank 1): the callback links the
+ranks, each rank writes its own folder and rank 0's run directory reports both."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("pytorch_lightning")
+
+pytestmark = pytest.mark.realtime
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import warnings
+
+    import pytorch_lightning as pl
+    import torch
+
+    from trainperf.lightning import PerformanceCallback
+
+    warnings.simplefilter("ignore")
+
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.layer(x)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        def train_dataloader(self):
+            data = torch.utils.data.TensorDataset(torch.randn(256, 4), torch.randn(256, 1))
+            return torch.utils.data.DataLoader(data, batch_size=8)
+
+
+    if __name__ == "__main__":
+        torch.set_num_threads(1)
+        callback = PerformanceCallback(5, run_dir=sys.argv[1], sinks=[], cluster_every=2, cluster_timeout_s=20)
+        trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=30, enable_progress_bar=False,
+                             logger=False, enable_checkpointing=False, enable_model_summary=False, callbacks=[callback])
+        trainer.fit(Tiny())
+        cluster = [s for s in callback.listener.sinks if type(s).__name__ == "Cluster"]
+        print(f"rank {trainer.global_rank}: cluster lines {len(cluster[0].lines) if cluster else None}")
+    """
+)
+
+
+def test_ddp_ranks_write_their_folders_and_rank_zero_reports_both(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(script), str(run_dir)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 0: cluster lines" in done.stdout and "rank 0: cluster lines None" not in done.stdout, done.stdout
+    for rank in (0, 1):
+        assert (run_dir / f"rank-{rank}" / "windows.jsonl").exists()
+        assert (run_dir / f"rank-{rank}" / "clock.jsonl").exists()
+    from trainperf import build_report
+
+    report = build_report(run_dir)
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert all(r["iterations"] > 0 for r in report["ranks"])
+    assert {c["rank"]: c["status"] for c in report["clocks"]} == {0: "reference", 1: "aligned"}
