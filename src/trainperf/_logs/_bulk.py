@@ -23,15 +23,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._lines import (
+    COLUMNS,
     INTEGER_COLUMNS,
     JSON_SPACE,
     TEXT_COLUMNS,
     TextRows,
+    is_gc_ms,
     parse_json_line,
     parse_line,
     scan_lines,
     split_json_lines,
     to_float,
+    written,
 )
 
 __all__ = ["Layout", "learn_layout", "read_bulk"]
@@ -46,9 +49,10 @@ _RUN = re.compile(rb"[0-9.]+")
 # four digits, so that even the 4-digit ``Device: [n]`` look-behind of the line pattern takes them.
 _PROBES = (b"8231", b"9472", b"7365")
 _CHANGES_MORE = "\x00"  # the parse changed otherwise than one number column taking the stand-in
-#: A JSON value that starts like a number JSON does not have (``01``, ``.5``, ``1.``, ``1.2.3``):
-#: blocks of JSON lines holding one take the line patterns, which read the JSON itself.
-_NOT_JSON_NUMBER = re.compile(rb":[ \t]*-?(?:0[0-9]|\.|[0-9]+\.(?![0-9])|[0-9]+\.[0-9]+\.)")
+#: Digits but ``0`` become ``1`` and newlines spaces for :func:`_not_json_numbers`, which looks for
+#: these: a word that starts or ends with a dot, or starts with a zero and another digit.
+_ZERO_OR_NOT = bytes.maketrans(b"123456789\n", b"111111111 ")
+_NOT_JSON = (b" .", b". ", b" 00", b" 01")
 
 #: Bytes per block: big enough that pandas' per-call cost vanishes, small enough to stay in cache.
 CHUNK_BYTES = 1 << 22
@@ -72,6 +76,7 @@ class Layout:
         constants: column -> value that every line of this shape has (``verdict``, ``warmup``, a
             ``NaN`` score), as the line patterns read it.
         separators: the characters between words: spaces, and commas and colons in JSON lines.
+        order: the columns in the order the line patterns read them from the layout's line.
         empty: the words without digits or dots: a line whose digits stand elsewhere than the
             layout's (``iteration77 421;`` has the shape of ``iteration 77;``) does not fit.
     """
@@ -82,6 +87,7 @@ class Layout:
     constants: dict[str, Any]
     separators: bytes = _TEXT_SEPARATORS
     empty: tuple[int, ...] = ()
+    order: tuple[str, ...] = ()
 
     def read(self, block: bytes, lines: int, pd: Any) -> Any | None:
         """The figures of ``block`` (``lines`` lines of this shape, each ending in a newline) as a
@@ -95,11 +101,12 @@ class Layout:
         dtypes.update({f"w{at}": str for at in self.fixed})
         dtypes.update({f"w{at}": decimal for at in self.empty})
         names = [f"w{i}" for i in range(self.words)]
-        if self.separators == _JSON_SEPARATORS and _NOT_JSON_NUMBER.search(block):
-            return None  # perhaps a number JSON does not allow (``01``, ``1.``): the line patterns decide
+        numbers_text = _numbers_and_spaces(block, self.separators)
+        if self.separators == _JSON_SEPARATORS and _not_json_numbers(numbers_text):
+            return None  # perhaps a number JSON does not allow (``01``, ``.5``): the line patterns decide
         try:
             found = pd.read_csv(
-                io.BytesIO(_numbers_and_spaces(block, self.separators)), sep=" ", header=None, names=names,
+                io.BytesIO(numbers_text), sep=" ", header=None, names=names,
                 usecols=list(dtypes), dtype=dtypes, engine="c", quoting=3, skip_blank_lines=False,
             )
         except (ValueError, OverflowError):  # a word that is not a number (pandas' ParserError is a ValueError)
@@ -118,7 +125,7 @@ class Layout:
         data: dict[str, Any] = {column: found[f"w{at}"].to_numpy() for at, column in self.values.items()}
         for column, value in self.constants.items():
             data[column] = np.full(lines, value, dtype=object if column in TEXT_COLUMNS else np.float64)
-        return pd.DataFrame(data)
+        return pd.DataFrame({column: data[column] for column in self.order if column in data})
 
 
 def _translation(separators: bytes) -> tuple[bytes, bytes]:
@@ -136,6 +143,15 @@ _TRANSLATIONS = {separators: _translation(separators) for separators in (_TEXT_S
 def _numbers_and_spaces(block: bytes, separators: bytes) -> bytes:
     """``block`` with separators turned into spaces and all but digits, dots and newlines dropped."""
     return block.translate(*_TRANSLATIONS[separators])
+
+
+def _not_json_numbers(numbers_text: bytes) -> bool:
+    """Whether a JSON line's words, reduced to digits and dots, may hold a number that JSON does not
+    allow: a leading zero before a digit (``01``) or a dot at either end (``.5``, ``5.``). Digits in
+    a string can look like one too (``"node01"``); the line patterns then read that block, all
+    the same."""
+    text = numbers_text.translate(_ZERO_OR_NOT)
+    return any(pattern in text for pattern in _NOT_JSON)
 
 
 def learn_layout(line: bytes) -> Layout | None:
@@ -178,7 +194,8 @@ def learn_layout(line: bytes) -> Layout | None:
             number = to_float(text)
             constants[column] = float("nan") if number is None else number
     return Layout(
-        words=len(words), values=values, fixed=fixed, constants=constants, separators=separators, empty=tuple(empty)
+        words=len(words), values=values, fixed=fixed, constants=constants, separators=separators,
+        empty=tuple(empty), order=tuple(base),
     )
 
 
@@ -237,7 +254,8 @@ class _BulkReader:
         self.layouts: dict[bytes, Layout | None] = {}
         self.counted: dict[bytes, int] = {}  # lines seen of shapes still too rare to learn
         self.pending: dict[bytes, _Pending] = {}
-        self.pieces: list[tuple[Any, Any]] = []  # (line numbers, frame)
+        # (line numbers, frame, the line where each column is first written)
+        self.pieces: list[tuple[Any, Any, dict[str, int]]] = []
         self.leftovers: list[tuple[int, bytes]] = []  # lines for the line patterns, with their numbers
         self.lines = 0
 
@@ -298,7 +316,7 @@ class _BulkReader:
         numbers = self.np.concatenate(waiting.numbers)
         frame = layout.read(text, waiting.lines, self.pd)
         if frame is not None:
-            self.pieces.append((numbers, frame))
+            self.pieces.append((numbers, frame, dict.fromkeys(frame.columns, int(numbers[0]))))
         else:
             self._leave(numbers, text)
 
@@ -319,29 +337,28 @@ class _BulkReader:
         frame = self.pd.concat([p[1] for p in pieces], ignore_index=True, sort=False)
         if not (self.np.diff(numbers) > 0).all():  # lines of several shapes, read apart
             frame = frame.take(self.np.argsort(numbers, kind="stable")).reset_index(drop=True)
-        collectors = [c for c in _collectors_as_named(pieces) if c in frame.columns]
-        others = [c for c in frame.columns if c not in collectors]
-        return frame[others + collectors] if collectors else frame
+        named = _as_named(pieces)
+        fixed = [c for c in frame.columns if c in COLUMNS]
+        return frame[fixed + [c for c in named if c in frame.columns]]
 
 
-def _collectors_as_named(pieces: list[tuple[Any, Any]]) -> list[str]:
-    """The collectors' columns in the order the log names them: by the first line that has one,
-    then as that line names them."""
+def _as_named(pieces: list[tuple[Any, Any, dict[str, int]]]) -> list[str]:
+    """The columns beyond the fixed ones in the order the log first gives them a value (as a line
+    names them where several start on one line), each collector's count before its ms."""
     first: dict[str, tuple[int, int]] = {}
-    for numbers, frame in pieces:
-        columns = list(frame.columns)
-        for at, column in enumerate(columns):
-            if not (column.startswith("gc.") and column.endswith(".count")):
+    for _, frame, written_from in pieces:
+        for at, column in enumerate(frame.columns):
+            if column in COLUMNS or is_gc_ms(column):
                 continue
-            ms = column[:-5] + "ms"
-            present = frame[column].notna().to_numpy()
-            if ms in frame:
-                present = present | frame[ms].notna().to_numpy()
-            lines = numbers[present]
-            key = (int(lines.min()) if len(lines) else 1 << 62, at)
+            key = (written_from.get(column, 1 << 62), at)
             if column not in first or key < first[column]:
                 first[column] = key
-    return [c for name in sorted(first, key=first.__getitem__) for c in (name, name[:-5] + "ms")]
+    order: list[str] = []
+    for name in sorted(first, key=first.__getitem__):
+        order.append(name)
+        if name.startswith("gc.") and name.endswith(".count"):
+            order.append(name[:-5] + "ms")
+    return order
 
 
 def read_bulk(data: bytes, pd: Any) -> tuple[Any, int]:
@@ -356,7 +373,7 @@ def read_bulk(data: bytes, pd: Any) -> tuple[Any, int]:
     return reader.result(), reader.lines
 
 
-def _read_leftovers(leftovers: list[tuple[int, bytes]], pd: Any, np: Any) -> list[tuple[Any, Any]]:
+def _read_leftovers(leftovers: list[tuple[int, bytes]], pd: Any, np: Any) -> list[tuple[Any, Any, dict[str, int]]]:
     """The rows of the lines no layout read, by the line patterns (and the JSON reader), with their
     line numbers."""
     text = b"\n".join(line for _, line in leftovers).decode("utf-8", errors="replace")
@@ -366,5 +383,10 @@ def _read_leftovers(leftovers: list[tuple[int, bytes]], pd: Any, np: Any) -> lis
     pieces = []
     for found, lines in ((json_rows, json_rows.lines), (rows, [rest_lines[i] for i in rows.lines])):
         if found.rows:
-            pieces.append((np.asarray([leftovers[i][0] for i in lines], dtype=np.int64), found.to_frame(pd)))
+            numbers = [leftovers[i][0] for i in lines]
+            written_from = {
+                name: numbers[next((i for i, v in enumerate(values) if written(v)), 0)]
+                for name, values in found.raw.items()
+            }
+            pieces.append((np.asarray(numbers, dtype=np.int64), found.to_frame(pd), written_from))
     return pieces

@@ -174,6 +174,16 @@ def scan_lines(text: str, *, numbered: bool = False) -> TextRows:
     return TextRows(raw=raw, rows=len(matches), lines=lines)
 
 
+def is_gc_ms(column: str) -> bool:
+    """Whether ``column`` is a collector's milliseconds (which follow its count)."""
+    return column.startswith("gc.") and column.endswith(".ms")
+
+
+def written(value: Any) -> bool:
+    """Whether a field's raw value says something (``NaN`` does; a missing field does not)."""
+    return value is not None and value != ""
+
+
 def _line_numbers(text: str, starts: list[int]) -> list[int]:
     """The line number (from 0) of each offset in ``starts``."""
     newlines = [m.start() for m in re.finditer("\n", text)]
@@ -285,6 +295,8 @@ def split_json_lines(text: str) -> tuple[TextRows, str, list[int]]:
         for key, value in fields.items():
             values = raw.get(key)
             if values is None:
+                if value is None or value == "":
+                    continue  # a column starts where a line first gives it a value
                 values = raw[key] = [None] * rows
             values.append(value)
         rows += 1
@@ -299,7 +311,7 @@ def split_json_lines(text: str) -> tuple[TextRows, str, list[int]]:
         if name in raw and (name == "iteration" or any(v is not None and v != "" for v in raw[name]))
     }
     for name in [name for name in raw if name.startswith("gc.") and name.endswith(".count") and name in ordered]:
-        ordered[name[:-5] + "ms"] = raw[name[:-5] + "ms"]  # a collector's two columns go together
+        ordered[name[:-5] + "ms"] = raw.get(name[:-5] + "ms", [None] * rows)  # a collector's columns go together
     return TextRows(raw=ordered, rows=rows, lines=json_lines), "\n".join(rest), rest_lines
 
 

@@ -10,7 +10,17 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ._lines import COLUMNS, INTEGER_COLUMNS, JSON_SPACE, TextRows, scan_lines, split_json_lines, to_float
+from ._lines import (
+    COLUMNS,
+    INTEGER_COLUMNS,
+    JSON_SPACE,
+    TextRows,
+    is_gc_ms,
+    scan_lines,
+    split_json_lines,
+    to_float,
+    written,
+)
 
 __all__ = ["ParsedLog", "parse_log"]
 
@@ -96,13 +106,9 @@ def _finish(frame: Any) -> Any:
         for column in (f"gc.{name}.count", f"gc.{name}.ms"):
             if column not in frame:
                 frame[column] = float("nan")
-    first_seen = {
-        name: int(frame[[f"gc.{name}.count", f"gc.{name}.ms"]].notna().to_numpy().any(axis=1).argmax())
-        for name in collectors
-    }
     names = [c for c in COLUMNS if c in frame.columns]
     names += [c for c in frame.columns if c not in COLUMNS and not _is_gc_column(c)]
-    for name in sorted(collectors, key=first_seen.__getitem__):
+    for name in collectors:  # both readers give them in the order the log names them
         names += [f"gc.{name}.count", f"gc.{name}.ms"]
     frame = frame.reindex(columns=names)
     if "warmup" in frame:
@@ -198,7 +204,26 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
         json_rows, rest, rest_lines = split_json_lines(text)
         text_rows = scan_lines(rest, numbered=True)
         rows = _merge(json_rows, json_rows.lines or [], text_rows, [rest_lines[i] for i in text_rows.lines or []])
-    return ParsedLog(rows, skipped=lines - rows.rows, truncated=truncated)
+    return ParsedLog(_as_named(rows), skipped=lines - rows.rows, truncated=truncated)
+
+
+def _as_named(rows: TextRows) -> TextRows:
+    """``rows`` with the columns beyond the fixed ones in the order the log first gives them a
+    value (as a line names them where several start on one line): the bulk reader's order too."""
+    named = list(rows.raw)
+
+    def first_written(name: str) -> tuple[int, int]:
+        row = next((i for i, value in enumerate(rows.raw[name]) if written(value)), rows.rows)
+        return row, named.index(name)
+
+    extras = sorted((n for n in named if n not in COLUMNS and not is_gc_ms(n)), key=first_written)
+    order = [n for n in named if n in COLUMNS]
+    for name in extras:
+        order.append(name)
+        if name.startswith("gc.") and name.endswith(".count") and name[:-5] + "ms" in rows.raw:
+            order.append(name[:-5] + "ms")
+    order += [n for n in named if n not in order]
+    return TextRows(raw={n: rows.raw[n] for n in order}, rows=rows.rows, lines=rows.lines)
 
 
 def _merge(first: TextRows, first_lines: list[int], second: TextRows, second_lines: list[int]) -> TextRows:
@@ -216,22 +241,6 @@ def _merge(first: TextRows, first_lines: list[int], second: TextRows, second_lin
     for name in dict.fromkeys(names):
         values = first.raw.get(name, [None] * first.rows) + second.raw.get(name, [None] * second.rows)
         raw[name] = [values[i] for i in order]
-    # Collectors in the order the log names them: by the first row that has one, then as that row
-    # names them (which is how the bulk reader's columns come out too).
-    named = list(raw)
-    sources = (list(first.raw), list(second.raw))
-
-    def first_named(name: str) -> tuple[int, int]:
-        row = next((i for i, v in enumerate(raw[name]) if to_float(v) is not None), None)
-        if row is None:
-            return len(order), named.index(name)
-        source = sources[order[row] >= first.rows]
-        return row, source.index(name)
-
-    collectors = sorted((n for n in named if n.startswith("gc.") and n.endswith(".count")), key=first_named)
-    raw = {n: raw[n] for n in named if not n.startswith("gc.")} | {
-        c: raw[c] for n in collectors for c in (n, n[:-5] + "ms")
-    }
     return TextRows(raw=raw, rows=first.rows + second.rows)
 
 
