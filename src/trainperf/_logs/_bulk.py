@@ -376,6 +376,7 @@ def read_bulk(data: bytes, pd: Any) -> tuple[Any, int]:
 def _read_leftovers(leftovers: list[tuple[int, bytes]], pd: Any, np: Any) -> list[tuple[Any, Any, dict[str, int]]]:
     """The rows of the lines no layout read, by the line patterns (and the JSON reader), with their
     line numbers."""
+    leftovers = sorted(leftovers, key=lambda item: item[0])  # in the order of the log, as the line path reads them
     text = b"\n".join(line for _, line in leftovers).decode("utf-8", errors="replace")
     json_rows, rest, rest_lines = split_json_lines(text)
     rows = scan_lines(rest, numbered=True)

@@ -6,7 +6,7 @@ import contextlib
 import gc
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -207,14 +207,16 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
     return ParsedLog(_as_named(rows), skipped=lines - rows.rows, truncated=truncated)
 
 
-def _as_named(rows: TextRows) -> TextRows:
+def _as_named(rows: TextRows, named_at: Callable[[str, int], int] | None = None) -> TextRows:
     """``rows`` with the columns beyond the fixed ones in the order the log first gives them a
-    value (as a line names them where several start on one line): the bulk reader's order too."""
+    value, and as that line names them where several start on one line: the bulk reader's order
+    too. ``named_at(column, row)`` is where ``row``'s line names ``column`` (default: the order of
+    ``rows.raw``, right when the rows come from one reader)."""
     named = list(rows.raw)
 
     def first_written(name: str) -> tuple[int, int]:
         row = next((i for i, value in enumerate(rows.raw[name]) if written(value)), rows.rows)
-        return row, named.index(name)
+        return row, named.index(name) if named_at is None or row == rows.rows else named_at(name, row)
 
     extras = sorted((n for n in named if n not in COLUMNS and not is_gc_ms(n)), key=first_written)
     order = [n for n in named if n in COLUMNS]
@@ -241,7 +243,12 @@ def _merge(first: TextRows, first_lines: list[int], second: TextRows, second_lin
     for name in dict.fromkeys(names):
         values = first.raw.get(name, [None] * first.rows) + second.raw.get(name, [None] * second.rows)
         raw[name] = [values[i] for i in order]
-    return TextRows(raw=raw, rows=first.rows + second.rows)
+    sources = ({n: i for i, n in enumerate(first.raw)}, {n: i for i, n in enumerate(second.raw)})
+
+    def named_at(name: str, row: int) -> int:  # a row's line names its columns as its reader holds them
+        return sources[order[row] >= first.rows].get(name, len(names))
+
+    return _as_named(TextRows(raw=raw, rows=first.rows + second.rows), named_at)
 
 
 def _copies_on_write(pd: Any) -> bool:
