@@ -49,11 +49,6 @@ _RUN = re.compile(rb"[0-9.]+")
 # four digits, so that even the 4-digit ``Device: [n]`` look-behind of the line pattern takes them.
 _PROBES = (b"8231", b"9472", b"7365")
 _CHANGES_MORE = "\x00"  # the parse changed otherwise than one number column taking the stand-in
-#: Digits but ``0`` become ``1`` and newlines spaces for :func:`_not_json_numbers`, which looks for
-#: these: a word that starts or ends with a dot, or starts with a zero and another digit.
-_ZERO_OR_NOT = bytes.maketrans(b"123456789\n", b"111111111 ")
-_NOT_JSON = (b" .", b". ", b" 00", b" 01")
-
 #: Bytes per block: big enough that pandas' per-call cost vanishes, small enough to stay in cache.
 CHUNK_BYTES = 1 << 22
 #: A shape is read in bulk once the log has shown this many of its lines; until then, and for rarer
@@ -99,11 +94,10 @@ class Layout:
             f"w{at}": whole if column in INTEGER_COLUMNS else decimal for at, column in self.values.items()
         }
         dtypes.update({f"w{at}": str for at in self.fixed})
-        dtypes.update({f"w{at}": decimal for at in self.empty})
         names = [f"w{i}" for i in range(self.words)]
         numbers_text = _numbers_and_spaces(block, self.separators)
-        if self.separators == _JSON_SEPARATORS and _not_json_numbers(numbers_text):
-            return None  # perhaps a number JSON does not allow (``01``, ``.5``): the line patterns decide
+        if not _words_fit(numbers_text, lines, self, np):
+            return None  # digits where the layout's line has none, or a number JSON does not allow
         try:
             found = pd.read_csv(
                 io.BytesIO(numbers_text), sep=" ", header=None, names=names,
@@ -119,9 +113,6 @@ class Layout:
         numbers = [f"w{at}" for at, column in self.values.items() if column not in INTEGER_COLUMNS]
         if numbers and not np.isfinite(found[numbers].to_numpy()).all():
             return None  # a word that holds a number in the layout is empty here, or too long for a float
-        empty = [f"w{at}" for at in self.empty]
-        if empty and found[empty].notna().to_numpy().any():
-            return None  # digits where the layout's line has none
         data: dict[str, Any] = {column: found[f"w{at}"].to_numpy() for at, column in self.values.items()}
         for column, value in self.constants.items():
             data[column] = np.full(lines, value, dtype=object if column in TEXT_COLUMNS else np.float64)
@@ -145,13 +136,36 @@ def _numbers_and_spaces(block: bytes, separators: bytes) -> bytes:
     return block.translate(*_TRANSLATIONS[separators])
 
 
-def _not_json_numbers(numbers_text: bytes) -> bool:
-    """Whether a JSON line's words, reduced to digits and dots, may hold a number that JSON does not
-    allow: a leading zero before a digit (``01``) or a dot at either end (``.5``, ``5.``). Digits in
-    a string can look like one too (``"node01"``); the line patterns then read that block, all
-    the same."""
-    text = numbers_text.translate(_ZERO_OR_NOT)
-    return any(pattern in text for pattern in _NOT_JSON)
+def _words_fit(numbers_text: bytes, lines: int, layout: Layout, np: Any) -> bool:
+    """Whether every line of ``numbers_text`` (``lines`` lines of the layout's words, reduced to
+    digits and dots) has nothing in the words where the layout's line has no digits, and, in JSON
+    lines, no word that starts or ends with a dot or starts with a zero before a digit (``.5``,
+    ``5.``, ``01``: JSON has no such numbers; a string such as ``"node01"`` looks like one too, and
+    its block then takes the line patterns all the same). Found from where the separators stand,
+    without reading the words."""
+    # one byte more, so that the byte after a word's first one always exists
+    text = np.frombuffer(numbers_text + b"\n", dtype=np.uint8)
+    ends = np.flatnonzero(text[:-1] <= 32)  # each word ends at a space or the newline
+    if len(ends) != lines * layout.words:
+        return False
+    ends = ends.reshape(lines, layout.words)
+    starts = np.empty_like(ends)
+    starts[:, 1:] = ends[:, :-1] + 1
+    starts[0, 0] = 0
+    starts[1:, 0] = ends[:-1, -1] + 1
+    if layout.empty:
+        at = list(layout.empty)
+        if not (ends[:, at] == starts[:, at]).all():
+            return False
+    if layout.separators != _JSON_SEPARATORS:
+        return True
+    # An empty word's first byte is the separator after it and its last the one before it: neither
+    # reads as a dot or a zero.
+    at = [i for i in range(layout.words) if i not in layout.empty]
+    begin, end = starts[:, at], ends[:, at]
+    first, last = text[begin], text[end - 1]
+    dot, zero = ord("."), ord("0")
+    return not ((first == dot) | (last == dot) | ((first == zero) & (text[begin + 1] >= zero))).any()
 
 
 def learn_layout(line: bytes) -> Layout | None:
