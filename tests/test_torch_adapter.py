@@ -139,7 +139,8 @@ def test_attach_rejects_bad_arguments():
 def live_step_hooks() -> int:
     """torch's global step hooks, less those of attachments already dropped (they do nothing)."""
     gc.collect()
-    return sum(not getattr(h, "dead", False) for h in optim_module._global_optimizer_post_hooks.values())
+    hooks = optim_module._global_optimizer_post_hooks.values()
+    return sum(getattr(h, "attachment", lambda: True)() is not None for h in hooks)
 
 
 def test_close_removes_every_hook():

@@ -532,6 +532,30 @@ class PerformanceListener:
             return None
         return self._report((self._clock(), etl, started, samples, batches, other, steps, skipped))
 
+    def _record_at(
+        self,
+        now: float,
+        samples: int | None,
+        batches: int,
+        etl: float,
+        started: float | None,
+        other: float,
+        steps: int,
+        skipped: int,
+    ) -> PerformanceRecord | None:
+        """:meth:`record_iteration` for an adapter that has just read the listener's clock (``now``)
+        and whose figures are differences of that clock: nothing to check again, no second read."""
+        if _get_ident() != self._owner or self._explicit_etl:  # first call, other threads, add_etl
+            return self.record_iteration(samples, batches, etl, None, started, other, steps, skipped)
+        count = self._count + 1
+        self._count = count
+        if count < self._next_report:
+            self._window.append((now, etl, started, samples, batches, other, steps, skipped))
+            if self._timeline is not None:
+                self._timeline.end()
+            return None
+        return self._report((now, etl, started, samples, batches, other, steps, skipped))
+
     def _record_from_other_thread(
         self,
         samples: int | None,

@@ -71,7 +71,7 @@ class Attachment:
         self._timeline_factory = timeline_factory
         self._timeline: DeviceTimeline | None = None  # the listener's, set when training starts
         self.clock = listener.clock  # the listener's; loader timing reads it too
-        self._record = listener.record_iteration
+        self._record = listener._record_at  # the clock's own differences: nothing to check again
         self._started = False
         self._taps_work = False  # a compiled model's forward is not seen: steps alone make iterations
         self.thread = threading.get_ident()  # loader timing counts fetches on this thread only
@@ -120,24 +120,32 @@ class Attachment:
         if self._fetched:  # the loader's batches give samples and batches
             return None
         first = args[0] if args else None
-        shape = first.shape if type(first) is Tensor else None
-        if shape:  # the common case, without the general search
-            n: int | None = shape[0]
-        else:
-            n = batch_size(args) if args else batch_size(kwargs)
-        if isinstance(first, Tensor):
+        if type(first) is Tensor:  # the common case, without the general search
             if self._first_input is None:
                 self._first_input = first
-            elif first is self._first_input:  # the same input again: a closure re-evaluated, a repeated pass
+            elif first is self._first_input or self._seen(first):  # a closure re-evaluated, a repeated pass
                 return None
-            else:
-                for ref in self._inputs:
-                    if ref() is first:
-                        return None
-                self._inputs.append(weakref.ref(first))
+            shape = first.shape
+            n: int | None = shape[0] if shape else batch_size(args)
+        else:
+            n = batch_size(args) if args else batch_size(kwargs)
+            if isinstance(first, Tensor):  # a subclass
+                if self._first_input is None:
+                    self._first_input = first
+                elif first is self._first_input or self._seen(first):
+                    return None
         self._micro += 1
-        self._samples = None if n is None or self._samples is None else self._samples + n
+        samples = self._samples
+        self._samples = None if n is None or samples is None else samples + n
         return None
+
+    def _seen(self, tensor: Tensor) -> bool:
+        """Whether a later forward of this step had ``tensor`` as input already; remembers it if not."""
+        for ref in self._inputs:
+            if ref() is tensor:
+                return True
+        self._inputs.append(weakref.ref(tensor))
+        return False
 
     def on_fetch(self, started: float, ended: float, batch: Any) -> None:
         """A loader fetch from ``started`` to ``ended`` delivered ``batch`` (``None``: it started an epoch)."""
@@ -207,7 +215,7 @@ class Attachment:
         if self._inputs:
             self._inputs = []
         self._boundary = now
-        self._record(samples, batches, etl, None, started, other, steps, skipped)
+        self._record(now, samples, batches, etl, started, other, steps, skipped)
 
     # set-up -----------------------------------------------------------------
     def _begin(self, at: float | None = None) -> None:
@@ -272,18 +280,15 @@ class _WeakStepHook:
     without ``close()`` are not kept alive by torch's hook table. The hook of a dropped attachment
     does nothing and is removed at the next :func:`attach` (not while torch runs the hooks)."""
 
-    def __init__(self, attachment: Attachment) -> None:
-        self._ref = weakref.ref(attachment)
-        self.handle: Any = None
+    __slots__ = ("ref", "handle")
 
-    def __call__(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        target = self._ref()
-        if target is not None:
-            target._on_step(optimizer, args, kwargs)
+    def __init__(self, attachment: Attachment) -> None:
+        self.ref = weakref.ref(attachment)
+        self.handle: Any = None
 
     @property
     def dead(self) -> bool:
-        return self._ref() is None
+        return self.ref() is None
 
 
 _step_hooks: list[_WeakStepHook] = []
@@ -291,11 +296,19 @@ _step_hooks: list[_WeakStepHook] = []
 
 def _register_step_hook(attachment: Attachment) -> Any:
     """Register ``attachment``'s step hook, removing those of attachments dropped since."""
-    for hook in [h for h in _step_hooks if h.dead]:
-        hook.handle.remove()
-        _step_hooks.remove(hook)
+    for dead in [h for h in _step_hooks if h.dead]:
+        dead.handle.remove()
+        _step_hooks.remove(dead)
     hook = _WeakStepHook(attachment)
-    hook.handle = register_optimizer_step_post_hook(hook)
+    ref = hook.ref
+
+    def on_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:  # a closure: cheaper to call
+        target = ref()
+        if target is not None:
+            target._on_step(optimizer, args, kwargs)
+
+    on_step.attachment = ref  # type: ignore[attr-defined]  # which attachment a hook in torch's table serves
+    hook.handle = register_optimizer_step_post_hook(on_step)
     _step_hooks.append(hook)
     return hook.handle
 
