@@ -9,21 +9,25 @@ numbers in one pass. What does not fit
 (a shape seen too rarely, a word that is not a number, a label whose digits differ) goes to the
 line patterns of :mod:`trainperf._logs._lines`, which read anything; both give the same values.
 
-A line is read by a layout when its text without digits and dots is the same as the layout's line
-and every word that holds a figure there holds a number here. Digits inside labels (``gen0``,
-``p95``) are checked word by word against the layout's, so collectors cannot be swapped.
+A line is read by a layout when it is the layout's line with other digits and dots in place of each
+of its numbers: the same text without digits and dots (its shape), digits and dots exactly where the
+layout's line has them (not moved past a unit, a quote or a bracket), none missing, labels' digits
+(``gen0``, ``p95``) as the layout's, and each number in the form that the line patterns (or JSON)
+accept there: whole numbers without a dot, JSON numbers without leading zeros or bare dots.
 """
 
 from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._lines import (
     COLUMNS,
+    CUT_LINE,
     INTEGER_COLUMNS,
     JSON_SPACE,
     TEXT_COLUMNS,
@@ -49,8 +53,10 @@ _RUN = re.compile(rb"[0-9.]+")
 # four digits, so that even the 4-digit ``Device: [n]`` look-behind of the line pattern takes them.
 _PROBES = (b"8231", b"9472", b"7365")
 _CHANGES_MORE = "\x00"  # the parse changed otherwise than one number column taking the stand-in
-#: Bytes per block: big enough that pandas' per-call cost vanishes, small enough to stay in cache.
+#: Bytes per block that a log is cut into as it is read.
 CHUNK_BYTES = 1 << 22
+#: Bytes of one shape's lines read together: pandas' reader costs milliseconds per call.
+READ_BYTES = 1 << 25
 #: A shape is read in bulk once the log has shown this many of its lines; until then, and for rarer
 #: shapes, the line patterns read them.
 MIN_LINES = 128
@@ -58,6 +64,17 @@ MIN_LINES = 128
 MAX_COUNTED_SHAPES = 10_000
 #: Longer shapes are never learned (learning probes every word): such lines take the line patterns.
 MAX_SHAPE_BYTES = 4096
+#: The most digits of a ``Device: [n]`` that the text lines' pattern reads.
+_DEVICE_DIGITS = 4
+#: The longest JSON number read in bulk: shorter whole numbers are all below 2**1023, which a JSON
+#: line's number must be to count.
+_JSON_DIGITS = 300
+#: The text lines' columns of whole numbers (``\d+`` in their pattern), besides ``INTEGER_COLUMNS``.
+_GC_COUNT = re.compile(r"gc\..+\.count")
+#: Where a character of a JSON line stands (see ``_json_places``).
+_OUTSIDE, _IN_VALUE, _IN_KEY = 0, 1, 2
+#: Segments past which rows read apart are put in line order by one ``take`` instead of by slices.
+_MAX_SEGMENTS = 2000
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,18 @@ class Layout:
         order: the columns in the order the line patterns read them from the layout's line.
         empty: the words without digits or dots: a line whose digits stand elsewhere than the
             layout's (``iteration77 421;`` has the shape of ``iteration 77;``) does not fit.
+        fixed_at: word position -> where each digit of ``fixed`` stands in the word.
+        around: word position -> the characters before and after its number, for the other words
+            with one number (``(`` and ``ms)];`` of ``(0.41ms)];``) where there are any.
+        loose: words with several numbers that do not matter to the line patterns (a timestamp in a
+            text line's logger prefix): their digits are not checked.
+        dropped: word position -> how many characters of the words before it the numbers text drops.
+        dropped_per_line: how many characters of a line the numbers text drops.
+        whole_numbers: words whose number must be digits only, without leading zeros.
+        json_numbers: words whose number must have JSON's form: no leading zero, no bare dot.
+        decimals: words whose number must not start or end with a dot.
+        longest: word position -> how many digits and dots its number may have.
+        checked: words whose number counts for nothing but must be a number (in JSON lines).
     """
 
     words: int
@@ -83,36 +112,58 @@ class Layout:
     separators: bytes = _TEXT_SEPARATORS
     empty: tuple[int, ...] = ()
     order: tuple[str, ...] = ()
+    fixed_at: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    around: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+    loose: tuple[int, ...] = ()
+    dropped: tuple[int, ...] = ()
+    dropped_per_line: int = 0
+    whole_numbers: tuple[int, ...] = ()
+    json_numbers: tuple[int, ...] = ()
+    decimals: tuple[int, ...] = ()
+    longest: dict[int, int] = field(default_factory=dict)
+    checked: tuple[int, ...] = ()
 
-    def read(self, block: bytes, lines: int, pd: Any) -> Any | None:
-        """The figures of ``block`` (``lines`` lines of this shape, each ending in a newline) as a
-        DataFrame, or ``None`` when some line does not fit after all (a word that is not a number)."""
+    def read(self, block: bytes | list[bytes], lines: int, pd: Any) -> Any | None:
+        """The figures of ``block`` (``lines`` lines of this shape, each ending in a newline; or
+        those lines in pieces) as a DataFrame, or ``None`` when some line does not fit after all (a
+        word that is not a number)."""
         import numpy as np
 
+        texts: list[bytes] = []
+        counted: list[Any] = []  # the length of each word of ``whole_numbers``, one row per line
+        numbered = [at for at in range(self.words) if at not in self.empty]
+        whole_numbers = [numbered.index(at) for at in self.whole_numbers]
+        for piece in [block] if isinstance(block, bytes) else block:
+            numbers_text = _numbers_and_spaces(piece, self.separators)
+            found = _fit(piece, numbers_text, self, np)
+            if found is None:
+                return None  # digits where the layout's line has none, or a number of the wrong form
+            texts.append(numbers_text)
+            counted.append(found[1][:, whole_numbers])
+        if sum(map(len, counted)) != lines:
+            return None
         whole, decimal = np.dtype("int64"), np.dtype("float64")
         dtypes: dict[str, Any] = {
             f"w{at}": whole if column in INTEGER_COLUMNS else decimal for at, column in self.values.items()
         }
-        dtypes.update({f"w{at}": str for at in self.fixed})
+        dtypes.update({f"w{at}": decimal for at in self.checked})
         names = [f"w{i}" for i in range(self.words)]
-        numbers_text = _numbers_and_spaces(block, self.separators)
-        if not _words_fit(numbers_text, lines, self, np):
-            return None  # digits where the layout's line has none, or a number JSON does not allow
         try:
             found = pd.read_csv(
-                io.BytesIO(numbers_text), sep=" ", header=None, names=names,
+                io.BytesIO(b"".join(texts)), sep=" ", header=None, names=names,
                 usecols=list(dtypes), dtype=dtypes, engine="c", quoting=3, skip_blank_lines=False,
             )
         except (ValueError, OverflowError):  # a word that is not a number (pandas' ParserError is a ValueError)
             return None
         if len(found) != lines:
             return None
-        for at, digits in self.fixed.items():
-            if not (found[f"w{at}"] == digits).all():
-                return None
         numbers = [f"w{at}" for at, column in self.values.items() if column not in INTEGER_COLUMNS]
         if numbers and not np.isfinite(found[numbers].to_numpy()).all():
             return None  # a word that holds a number in the layout is empty here, or too long for a float
+        lengths = np.concatenate(counted)
+        for i, at in enumerate(self.whole_numbers):
+            if not _digits_only(found[f"w{at}"].to_numpy(), lengths[:, i], np):
+                return None
         data: dict[str, Any] = {column: found[f"w{at}"].to_numpy() for at, column in self.values.items()}
         for column, value in self.constants.items():
             data[column] = np.full(lines, value, dtype=object if column in TEXT_COLUMNS else np.float64)
@@ -136,36 +187,119 @@ def _numbers_and_spaces(block: bytes, separators: bytes) -> bytes:
     return block.translate(*_TRANSLATIONS[separators])
 
 
-def _words_fit(numbers_text: bytes, lines: int, layout: Layout, np: Any) -> bool:
-    """Whether every line of ``numbers_text`` (``lines`` lines of the layout's words, reduced to
-    digits and dots) has nothing in the words where the layout's line has no digits, and, in JSON
-    lines, no word that starts or ends with a dot or starts with a zero before a digit (``.5``,
-    ``5.``, ``01``: JSON has no such numbers; a string such as ``"node01"`` looks like one too, and
-    its block then takes the line patterns all the same). Found from where the separators stand,
-    without reading the words."""
-    # one byte more, so that the byte after a word's first one always exists
-    text = np.frombuffer(numbers_text + b"\n", dtype=np.uint8)
-    ends = np.flatnonzero(text[:-1] <= 32)  # each word ends at a space or the newline
-    if len(ends) != lines * layout.words:
+def _fit(block: bytes, numbers_text: bytes, layout: Layout, np: Any) -> tuple[Any, Any] | None:
+    """Where each number of ``numbers_text`` (``block``, lines of the layout's shape, reduced to
+    digits, dots and spaces) starts in it and how long it is, one row per line and one column per word of the
+    layout's line that has a number, when every line fits the layout before its numbers are read,
+    else ``None``: digits and dots exactly where the layout's line has them, in words of the form the
+    layout asks for. Found from where the runs of digits and dots stand and how many separators
+    stand between them, and for words with more than their number, from the characters around the
+    number in ``block``."""
+    text = np.frombuffer(numbers_text, dtype=np.uint8)
+    digit = text > 32
+    begin = np.flatnonzero(digit[1:] > digit[:-1])
+    begin += 1
+    if len(digit) and digit[0]:
+        begin = np.concatenate(([0], begin))
+    stop = np.flatnonzero(digit[:-1] > digit[1:])
+    stop += 1  # the text ends with a newline, so every run stops before it
+    words = [at for at in range(layout.words) if at not in layout.empty]
+    lines = len(begin) // len(words)
+    if not lines or len(begin) != lines * len(words) or len(stop) != len(begin):
+        return None
+    # Between two runs there are only separators, one per word boundary: as many as the layout's
+    # line has between the words that hold them, on every line. With the count of separators per
+    # line, this puts every run in its word, and leaves no digits in the words without a number.
+    begin = begin.reshape(lines, len(words))
+    stop = stop.reshape(lines, len(words))
+    if begin[0, 0] != words[0] or len(text) - stop[-1, -1] != layout.words - words[-1]:
+        return None
+    if (stop - begin).sum() + lines * layout.words != len(text):
+        return None
+    steps = np.diff(np.asarray(words, dtype=np.int64))
+    if len(steps) and not (begin[:, 1:] - stop[:, :-1] == steps).all():
+        return None
+    if lines > 1 and not (begin[1:, 0] - stop[:-1, -1] == layout.words - words[-1] + words[0]).all():
+        return None
+    lengths = stop - begin
+    shortest = np.asarray([len(layout.fixed.get(at, "0")) for at in words], dtype=np.int64)
+    longest = np.asarray([len(layout.fixed[at]) if at in layout.fixed else layout.longest.get(at, len(text))
+                          for at in words], dtype=np.int64)
+    if (lengths < shortest).any() or (lengths > longest).any():
+        return None  # the digits of a label are not the layout's, or a number is too long
+    json = np.isin(words, layout.json_numbers)
+    if not _forms_fit(text, begin, stop, json, np.isin(words, layout.decimals), np):
+        return None
+    column = {at: i for i, at in enumerate(words)}
+    return (begin, lengths) if _around_fits(block, begin, lengths, column, layout, np) else None
+
+
+def _bytes_fit(data: Any, checks: list[tuple[Any, Iterable[int], bytes]], np: Any) -> bool:
+    """Whether, for each ``(bases, offsets, expected)`` of ``checks``, ``data`` holds the bytes of
+    ``expected`` at those ``offsets`` from each of ``bases`` (one base per row): one gather for all."""
+    which: list[int] = []
+    steps: list[int] = []
+    wanted = bytearray()
+    for i, (_, offsets, expected) in enumerate(checks):
+        steps += offsets
+        which += [i] * len(expected)
+        wanted += expected
+    starts = np.stack([bases for bases, _, _ in checks], axis=1)
+    if starts.min() < 0 or starts.max() + max(steps) >= len(data):
         return False
-    ends = ends.reshape(lines, layout.words)
-    starts = np.empty_like(ends)
-    starts[:, 1:] = ends[:, :-1] + 1
-    starts[0, 0] = 0
-    starts[1:, 0] = ends[:-1, -1] + 1
-    if layout.empty:
-        at = list(layout.empty)
-        if not (ends[:, at] == starts[:, at]).all():
-            return False
-    if layout.separators != _JSON_SEPARATORS:
+    at = starts[:, which]
+    at += np.asarray(steps, dtype=np.int64)
+    return bool((data[at] == np.frombuffer(bytes(wanted), dtype=np.uint8)).all())
+
+
+def _around_fits(block: bytes, begin: Any, lengths: Any, column: dict[int, int], layout: Layout, np: Any) -> bool:
+    """Whether each number stands where the layout's line has it within its word, and the words of
+    ``fixed`` hold the layout's digits where its line has them. Where a word starts in ``block``
+    follows from where its number starts in the numbers text and how many characters that drops
+    before it, the same on every line of the shape; as the shape fixes the characters that are not
+    digits or dots, a word with them where the layout's has them is the layout's."""
+    if not layout.around and not layout.fixed:
         return True
-    # An empty word's first byte is the separator after it and its last the one before it: neither
-    # reads as a dot or a zero.
-    at = [i for i in range(layout.words) if i not in layout.empty]
-    begin, end = starts[:, at], ends[:, at]
-    first, last = text[begin], text[end - 1]
+    shift = np.arange(len(begin), dtype=np.int64) * layout.dropped_per_line
+    checks: list[tuple[Any, Iterable[int], bytes]] = []
+    for at, (before, after) in layout.around.items():
+        start = begin[:, column[at]] + shift + layout.dropped[at]
+        if before:
+            checks.append((start, range(len(before)), before))
+        if after:
+            checks.append((start + len(before) + lengths[:, column[at]], range(len(after)), after))
+    for at, digits in layout.fixed.items():
+        checks.append((begin[:, column[at]] + shift + layout.dropped[at], layout.fixed_at[at], digits.encode()))
+    return _bytes_fit(np.frombuffer(block, dtype=np.uint8), checks, np)
+
+
+def _forms_fit(text: Any, begin: Any, stop: Any, json: Any, decimal: Any, np: Any) -> bool:
+    """Whether the numbers in the columns of ``begin`` / ``stop`` that ``json`` or ``decimal`` mark
+    neither start nor end with a dot, and those that ``json`` marks have no zero before another digit
+    at their start (``.5``, ``5.``, ``01``: JSON has no such numbers)."""
+    if not json.any() and not decimal.any():
+        return True
+    first = text[begin]
     dot, zero = ord("."), ord("0")
-    return not ((first == dot) | (last == dot) | ((first == zero) & (text[begin + 1] >= zero))).any()
+    if (((first == dot) | (text[stop - 1] == dot)) & (json | decimal)).any():
+        return False
+    zeros = (first == zero) & json
+    return not zeros.any() or not (text[begin[zeros] + 1] >= zero).any()
+
+
+_TENS = [10**k for k in range(1, 19)]
+
+
+def _digits_only(values: Any, lengths: Any, np: Any) -> bool:
+    """Whether each of ``values`` (read from words of ``lengths`` characters) was written with
+    digits only and no leading zero: then it has as many digits as its word has characters."""
+    if values.dtype.kind == "f":
+        if not (values < 2.0**53).all():  # beyond where every whole number is a float
+            return False
+        digits = np.searchsorted(np.asarray(_TENS, dtype=np.float64), values, side="right") + 1
+    else:
+        digits = np.searchsorted(np.asarray(_TENS, dtype=np.int64), values, side="right") + 1
+    return bool((digits == lengths).all())
 
 
 def learn_layout(line: bytes) -> Layout | None:
@@ -175,25 +309,72 @@ def learn_layout(line: bytes) -> Layout | None:
     base = _fields(line)
     if base is None:
         return None
-    separators = _JSON_SEPARATORS if line.lstrip(JSON_SPACE.encode())[:1] == b"{" else _TEXT_SEPARATORS
+    is_json = line.lstrip(JSON_SPACE.encode())[:1] == b"{"
+    separators = _JSON_SEPARATORS if is_json else _TEXT_SEPARATORS
     parts = re.split(b"([" + re.escape(separators) + b"])", line)  # words, and the separators between them
     words = parts[0::2]
+    places = _json_places(line) if is_json else b""
     values: dict[int, str] = {}
     fixed: dict[int, str] = {}
+    fixed_at: dict[int, tuple[int, ...]] = {}
+    around: dict[int, tuple[bytes, bytes]] = {}
+    longest: dict[int, int] = {}
     empty: list[int] = []
+    loose: list[int] = []
+    whole_numbers: list[int] = []
+    json_numbers: list[int] = []
+    decimals: list[int] = []
+    checked: list[int] = []
+    dropped: list[int] = []
+    dropped_so_far = 0
+    start = 0  # where the word starts in the line
     for at, word in enumerate(words):
         runs = list(_RUN.finditer(word))
+        dropped.append(dropped_so_far)
+        dropped_so_far += len(word) - sum(len(run.group()) for run in runs)
+        where = {places[start + run.start()] for run in runs} if is_json else {_OUTSIDE}
+        start += len(word) + 1
         if not runs:
             empty.append(at)
+            continue
         effects = [_effect(parts, at, run, base) for run in runs]
-        if not runs or all(effect is None for effect in effects):
+        digits = b"".join(run.group() for run in runs).decode()
+        if all(effect is None for effect in effects):  # digits that count for nothing
+            if is_json and (len(runs) > 1 or _IN_KEY in where):
+                fixed[at], fixed_at[at] = digits, _places(runs)  # a key's digits, or several numbers in one word
+            elif len(runs) > 1:
+                loose.append(at)
+            else:
+                run = runs[0]
+                if run.start() or run.end() < len(word):
+                    around[at] = (word[: run.start()], word[run.end() :])
+                if is_json and _OUTSIDE in where:
+                    checked.append(at)
+                    json_numbers.append(at)
+                    longest[at] = _JSON_DIGITS
             continue
         if len(runs) > 1:
             return None
         if effects[0] == _CHANGES_MORE:  # a label's digits (``gen0``, ``p95``): every line must have the same
-            fixed[at] = runs[0].group().decode()
-        else:
-            values[at] = str(effects[0])
+            fixed[at], fixed_at[at] = digits, _places(runs)
+            continue
+        if is_json and where != {_OUTSIDE}:
+            return None
+        run = runs[0]
+        column = values[at] = str(effects[0])
+        if run.start() or run.end() < len(word):
+            around[at] = (word[: run.start()], word[run.end() :])
+        if is_json:
+            json_numbers.append(at)
+            longest[at] = _JSON_DIGITS
+            if column == "iteration":  # a JSON line's iteration is a whole number
+                whole_numbers.append(at)
+        elif column in INTEGER_COLUMNS or _GC_COUNT.fullmatch(column):  # ``\d+`` in the line pattern
+            whole_numbers.append(at)
+            if column == "device":
+                longest[at] = _DEVICE_DIGITS
+        elif column == "verdict_pct":  # ``\d+(?:\.\d+)?`` in the line pattern
+            decimals.append(at)
     if len(set(values.values())) != len(values):
         return None
     constants: dict[str, Any] = {}
@@ -209,8 +390,31 @@ def learn_layout(line: bytes) -> Layout | None:
             constants[column] = float("nan") if number is None else number
     return Layout(
         words=len(words), values=values, fixed=fixed, constants=constants, separators=separators,
-        empty=tuple(empty), order=tuple(base),
+        empty=tuple(empty), order=tuple(base), fixed_at=fixed_at, around=around, loose=tuple(loose),
+        dropped=tuple(dropped), dropped_per_line=dropped_so_far, whole_numbers=tuple(whole_numbers),
+        json_numbers=tuple(json_numbers), decimals=tuple(decimals), longest=longest, checked=tuple(checked),
     )
+
+
+def _places(runs: list[re.Match[bytes]]) -> tuple[int, ...]:
+    """Where each digit or dot of ``runs`` stands in their word."""
+    return tuple(at for run in runs for at in range(run.start(), run.end()))
+
+
+def _json_places(line: bytes) -> bytes:
+    """For each byte of ``line`` (a JSON object), whether it stands outside strings, in a string
+    value or in a key (``_OUTSIDE``, ``_IN_VALUE``, ``_IN_KEY``)."""
+    places = bytearray(len(line))
+    at = line.find(b'"')
+    while at >= 0:
+        end = at + 1
+        while end < len(line) and line[end] != ord('"'):
+            end += 2 if line[end] == ord("\\") else 1
+        end = min(end, len(line) - 1)
+        kind = _IN_KEY if line[end + 1 :].lstrip(b" \t\r\n")[:1] == b":" else _IN_VALUE
+        places[at : end + 1] = bytes([kind]) * (end + 1 - at)
+        at = line.find(b'"', end + 1)
+    return bytes(places)
 
 
 def _fields(line: bytes) -> dict[str, str] | None:
@@ -241,21 +445,21 @@ def _effect(parts: list[bytes], at: int, run: re.Match[bytes], base: dict[str, s
     return seen.pop() if len(seen) == 1 else _CHANGES_MORE
 
 
-def _blocks(data: bytes, size: int) -> Iterator[bytes]:
-    """``data`` (whole lines) in blocks of about ``size`` bytes, each ending with a newline."""
+def blocks(data: bytes, size: int, end: int | None = None) -> Iterator[bytes]:
+    """``data[:end]`` (whole lines) in blocks of about ``size`` bytes, each ending with a newline."""
+    stop = len(data) if end is None else end
     start = 0
-    while start < len(data):
-        end = data.find(b"\n", min(start + size, len(data)) - 1) + 1 or len(data)
-        yield data[start:end]
-        start = end
+    while start < stop:
+        cut = data.find(b"\n", min(start + size, stop) - 1, stop) + 1 or stop
+        yield data[start:cut]
+        start = cut
 
 
 @dataclass
 class _Pending:
-    """Lines of one shape waiting to be read together, with their line numbers."""
+    """Lines of one shape waiting to be read together: pieces of text with their line numbers."""
 
-    numbers: list[Any]
-    blocks: list[bytes]
+    pieces: list[tuple[Any, bytes]] = field(default_factory=list)
     lines: int = 0
     size: int = 0
 
@@ -272,39 +476,71 @@ class _BulkReader:
         self.pieces: list[tuple[Any, Any, dict[str, int]]] = []
         self.leftovers: list[tuple[int, bytes]] = []  # lines for the line patterns, with their numbers
         self.lines = 0
+        self.cut = 0  # listener lines cut off in the middle
 
     def add(self, block: bytes) -> None:
         """Take the lines of ``block`` (ending in a newline)."""
-        shapes = block.translate(None, _NUMBER_CHARS).split(b"\n")
-        shapes.pop()  # after the last newline
-        first, count = self.lines, len(shapes)
-        self.lines += count
-        if shapes.count(shapes[0]) == count:  # one shape only: no need to split the block
-            if b"iteration" in shapes[0]:
+        np = self.np
+        shapes = block.translate(None, _NUMBER_CHARS)
+        end = shapes.find(b"\n") + 1
+        first_line = self.lines
+        if len(shapes) % end == 0 and shapes == shapes[:end] * (len(shapes) // end):
+            # one shape only: no need to split the block
+            shape = shapes[: end - 1]
+            count = len(shapes) // end
+            self.lines += count
+            if b"ETL: " in shape:  # a line with ``ETL: `` keeps it when its digits are taken away
+                self.cut += len(CUT_LINE.findall(block))
+            if b"iteration" in shape:
                 exemplar = block[: block.find(b"\n")]
-                self._take(shapes[0], self.np.arange(first, first + count), [block], exemplar)
+                self._take(shape, np.arange(first_line, first_line + count), block, exemplar)
             return
+        lines = shapes.split(b"\n")
+        lines.pop()  # after the last newline
+        self.lines += len(lines)
+        # Most lines of a block share one shape: find it, then group only the other lines.
+        common = lines[len(lines) // 2]
+        odd = [i for i, shape in enumerate(lines) if shape != common]
+        if 2 * len(odd) > len(lines):
+            common = Counter(lines).most_common(1)[0][0]
+            odd = [i for i, shape in enumerate(lines) if shape != common]
         groups: dict[bytes, list[int]] = {}
-        for i, shape in enumerate(shapes):
-            groups.setdefault(shape, []).append(i)
-        lines = block.split(b"\n")
+        for i in odd:
+            groups.setdefault(lines[i], []).append(i)
+        if b"ETL: " in common or any(b"ETL: " in shape for shape in groups):
+            self.cut += len(CUT_LINE.findall(block))
+        if b"iteration" not in common and not any(b"iteration" in shape for shape in groups):
+            return  # not a listener line, whatever its numbers
+        stops = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == ord("\n")) + 1
+        starts = np.concatenate(([0], stops[:-1]))
+        if b"iteration" in common:
+            self._take_rows(common, np.delete(np.arange(len(lines)), odd), block, starts, stops, first_line)
         for shape, rows in groups.items():
-            if b"iteration" in shape:  # else not a listener line, whatever its numbers
-                numbers = self.np.asarray(rows, dtype=self.np.int64) + first
-                self._take(shape, numbers, [b"\n".join([lines[i] for i in rows]), b"\n"], lines[rows[0]])
+            if b"iteration" in shape:
+                self._take_rows(shape, np.asarray(rows, dtype=np.int64), block, starts, stops, first_line)
 
-    def _take(self, shape: bytes, numbers: Any, blocks: list[bytes], exemplar: bytes) -> None:
+    def _take_rows(self, shape: bytes, rows: Any, block: bytes, starts: Any, stops: Any, first_line: int) -> None:
+        """Take the lines ``rows`` of ``block`` (of one shape; ``starts`` and ``stops`` give where each
+        line of the block starts and ends), cut out in stretches of consecutive lines."""
+        np = self.np
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        begins = starts[rows[np.concatenate(([0], breaks))]].tolist()
+        ends = stops[rows[np.concatenate((breaks - 1, [len(rows) - 1]))]].tolist()
+        text = b"".join([block[b:e] for b, e in zip(begins, ends, strict=True)])
+        exemplar = block[begins[0] : stops[rows[0]] - 1]
+        self._take(shape, rows + first_line, text, exemplar)
+
+    def _take(self, shape: bytes, numbers: Any, text: bytes, exemplar: bytes) -> None:
         """Queue lines of one shape for a layout, or leave them to the line patterns."""
         layout = self._layout(shape, len(numbers), exemplar)
         if layout is None:
-            self._leave(numbers, b"".join(blocks))
+            self._leave(numbers, text)
             return
-        waiting = self.pending.setdefault(shape, _Pending(numbers=[], blocks=[]))
-        waiting.numbers.append(numbers)
-        waiting.blocks.extend(blocks)
+        waiting = self.pending.setdefault(shape, _Pending())
+        waiting.pieces.append((numbers, text))
         waiting.lines += len(numbers)
-        waiting.size += sum(map(len, blocks))
-        if waiting.size >= CHUNK_BYTES:
+        waiting.size += len(text)
+        if waiting.size >= READ_BYTES:
             self._flush(shape)
 
     def _layout(self, shape: bytes, lines: int, exemplar: bytes) -> Layout | None:
@@ -323,16 +559,23 @@ class _BulkReader:
         return None
 
     def _flush(self, shape: bytes) -> None:
+        """Read the queued lines of ``shape``: all at once, else (some line does not fit) piece by
+        piece, leaving the pieces that do not fit to the line patterns."""
         waiting = self.pending.pop(shape)
         layout = self.layouts[shape]
         assert layout is not None
-        text = b"".join(waiting.blocks)
-        numbers = self.np.concatenate(waiting.numbers)
-        frame = layout.read(text, waiting.lines, self.pd)
+        texts = [piece for _, piece in waiting.pieces]
+        frame = layout.read(texts[0] if len(texts) == 1 else texts, waiting.lines, self.pd)
         if frame is not None:
+            numbers = self.np.concatenate([numbers for numbers, _ in waiting.pieces])
             self.pieces.append((numbers, frame, dict.fromkeys(frame.columns, int(numbers[0]))))
-        else:
-            self._leave(numbers, text)
+            return
+        for numbers, piece in waiting.pieces:
+            frame = layout.read(piece, len(numbers), self.pd) if len(waiting.pieces) > 1 else None
+            if frame is not None:
+                self.pieces.append((numbers, frame, dict.fromkeys(frame.columns, int(numbers[0]))))
+            else:
+                self._leave(numbers, piece)
 
     def _leave(self, numbers: Any, text: bytes) -> None:
         """Leave the lines of ``text`` (numbered by ``numbers``) to the line patterns."""
@@ -347,44 +590,70 @@ class _BulkReader:
         if not self.pieces:
             return TextRows(raw={"iteration": []}).to_frame(self.pd)
         pieces = sorted(self.pieces, key=lambda piece: int(piece[0][0]))  # often no interleaving is left
-        numbers = self.np.concatenate([p[0] for p in pieces])
-        frame = self.pd.concat([p[1] for p in pieces], ignore_index=True, sort=False)
-        if not (self.np.diff(numbers) > 0).all():  # lines of several shapes, read apart
-            frame = frame.take(self.np.argsort(numbers, kind="stable")).reset_index(drop=True)
+        frame = _in_line_order(pieces, self.pd, self.np)
         named = _as_named(pieces)
         fixed = [c for c in frame.columns if c in COLUMNS]
         return frame[fixed + [c for c in named if c in frame.columns]]
 
 
+def _in_line_order(pieces: list[tuple[Any, Any, dict[str, int]]], pd: Any, np: Any) -> Any:
+    """The rows of ``pieces`` (each in line order, sorted by their first line) as one DataFrame in
+    line order: where the pieces interleave, they are cut into stretches of rows that follow each
+    other in the log, and the stretches put together in order."""
+    frames = [frame for _, frame, _ in pieces]
+    numbers = np.concatenate([numbers for numbers, _, _ in pieces])
+    if len(frames) == 1 or (np.diff(numbers) > 0).all():
+        return pd.concat(frames, ignore_index=True, sort=False)
+    order = np.argsort(numbers, kind="stable")
+    offsets = np.cumsum([0] + [len(frame) for frame in frames])
+    piece_start = np.zeros(len(numbers), dtype=bool)
+    piece_start[offsets[:-1]] = True
+    heads = np.flatnonzero(np.concatenate(([True], (np.diff(order) != 1) | piece_start[order[1:]])))
+    if len(heads) > _MAX_SEGMENTS:
+        frame = pd.concat(frames, ignore_index=True, sort=False)
+        return frame.take(order).reset_index(drop=True)
+    sizes = np.diff(np.append(heads, len(order))).tolist()
+    rows = order[heads]
+    which = (np.searchsorted(offsets, rows, side="right") - 1).tolist()
+    starts = (rows - offsets[which]).tolist()
+    stretches = [frames[p].iloc[s : s + n] for p, s, n in zip(which, starts, sizes, strict=True)]
+    return pd.concat(stretches, ignore_index=True, sort=False)
+
+
 def _as_named(pieces: list[tuple[Any, Any, dict[str, int]]]) -> list[str]:
     """The columns beyond the fixed ones in the order the log first gives them a value (as a line
-    names them where several start on one line), each collector's count before its ms."""
+    names them where several start on one line), each collector's count before its ms; the ms of
+    collectors without a count come last, in that order too."""
     first: dict[str, tuple[int, int]] = {}
     for _, frame, written_from in pieces:
         for at, column in enumerate(frame.columns):
-            if column in COLUMNS or is_gc_ms(column):
+            if column in COLUMNS:
                 continue
             key = (written_from.get(column, 1 << 62), at)
             if column not in first or key < first[column]:
                 first[column] = key
     order: list[str] = []
     for name in sorted(first, key=first.__getitem__):
+        if is_gc_ms(name):
+            continue
         order.append(name)
         if name.startswith("gc.") and name.endswith(".count"):
             order.append(name[:-5] + "ms")
+    order += sorted((name for name in first if name not in order), key=first.__getitem__)
     return order
 
 
-def read_bulk(data: bytes, pd: Any) -> tuple[Any, int]:
-    """The figures of every listener line in ``data`` (whole lines, each ending in a newline) as a
-    DataFrame in line order (numbers as float64, int64 for whole-number columns read in bulk,
-    ``verdict`` as text, ``warmup`` as bool where present), and how many lines ``data`` has."""
+def read_bulk(data: Iterable[bytes], pd: Any) -> tuple[Any, int, int]:
+    """The figures of every listener line in ``data`` (blocks of whole lines, each ending in a
+    newline) as a DataFrame in line order (numbers as float64, int64 for whole-number columns read
+    in bulk, ``verdict`` as text, ``warmup`` as bool where present), how many lines ``data`` has,
+    and how many of its listener lines were cut off in the middle."""
     import numpy as np
 
     reader = _BulkReader(pd, np)
-    for block in _blocks(data, CHUNK_BYTES):
+    for block in data:
         reader.add(block)
-    return reader.result(), reader.lines
+    return reader.result(), reader.lines, reader.cut
 
 
 def _read_leftovers(leftovers: list[tuple[int, bytes]], pd: Any, np: Any) -> list[tuple[Any, Any, dict[str, int]]]:

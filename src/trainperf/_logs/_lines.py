@@ -17,8 +17,8 @@ from typing import Any
 from .._format import DL4J_FIELDS, TRAINPERF_FIELDS, LineField
 
 __all__ = [
-    "COLUMNS", "INTEGER_COLUMNS", "TextRows", "parse_json_line", "parse_line", "scan_lines", "split_json_lines",
-    "to_float",
+    "COLUMNS", "CUT_LINE", "INTEGER_COLUMNS", "TextRows", "parse_json_line", "parse_line", "scan_lines",
+    "split_json_lines", "to_float",
 ]
 
 #: The fixed columns, in order; ``gc.<name>.count`` / ``gc.<name>.ms`` follow per collector.
@@ -35,6 +35,9 @@ COLUMNS = (
 INTEGER_COLUMNS = (*(f.name for f in (*DL4J_FIELDS, *TRAINPERF_FIELDS) if f.integer), "device")
 TEXT_COLUMNS = ("verdict", "warmup")
 _NUMERIC = frozenset(COLUMNS) - set(TEXT_COLUMNS)
+
+#: A listener line cut in the middle: it has the ``ETL:`` field but does not end with ``;``.
+CUT_LINE = re.compile(rb"ETL: [^\n]*+(?<![;\s])(?:\n|\Z)")  # possessive: one pass per line, no backtracking
 
 _NUM = r"([^ ;\n]*)"  # checked when converted: what is not a number becomes missing
 #: A line naming more collectors than this is not a listener line (no runtime has so many; reading

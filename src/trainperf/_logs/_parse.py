@@ -12,6 +12,7 @@ from typing import IO, Any
 
 from ._lines import (
     COLUMNS,
+    CUT_LINE,
     INTEGER_COLUMNS,
     JSON_SPACE,
     TextRows,
@@ -23,9 +24,6 @@ from ._lines import (
 )
 
 __all__ = ["ParsedLog", "parse_log"]
-
-#: A listener line cut in the middle: it has the ``ETL:`` field but does not end with ``;``.
-_CUT = re.compile(rb"ETL: [^\n]*+(?<![;\s])(?:\n|\Z)")  # possessive: one pass per line, no backtracking
 
 #: A line that starts a JSON object.
 _JSON_LINE = re.compile(rf"^[{JSON_SPACE}]*\{{", re.MULTILINE)
@@ -43,9 +41,13 @@ class ParsedLog:
             more lines were written after a restart) and skipped.
     """
 
-    def __init__(self, rows: TextRows | None = None, *, frame: Any = None, skipped: int = 0, truncated: int = 0):
+    def __init__(
+        self, rows: TextRows | None = None, *, frame: Any = None, skipped: int = 0, truncated: int = 0,
+        filled: Iterable[str] = (),
+    ):
         self._text = rows if rows is not None or frame is not None else TextRows(raw={"iteration": []})
         self._frame = frame
+        self._filled = frozenset(filled)  # columns of ``frame`` that no line has a value for
         self.skipped = skipped
         self.truncated = truncated
 
@@ -63,7 +65,7 @@ class ParsedLog:
     def columns(self) -> list[str]:
         """The columns that some line has: see :func:`parse_log`."""
         if self._frame is not None:
-            return [str(c) for c in self._frame.columns]
+            return [str(c) for c in self._frame.columns if c not in self._filled]
         return list(self._text.raw)  # type: ignore[union-attr]
 
     def column(self, name: str) -> list[Any]:
@@ -183,19 +185,30 @@ def _no_cyclic_gc() -> Iterator[None]:
 
 
 def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLog:
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise OSError(f"cannot read log {str(path)!r}: {exc.strerror or exc}") from exc
+        pd = _pandas() if size >= BULK_MIN_BYTES else None
+        if pd is not None:
+            file_lines = _FileLines(path)
+            return _parse_bulk(file_lines, pd, file_lines)
     data, complete = _read_bytes(source)
     truncated = 0
+    end = len(data)
     if not complete:
-        data = data[: data.rfind(b"\n") + 1]
+        end = data.rfind(b"\n") + 1
         truncated = 1
-    truncated += len(_CUT.findall(data))
-    pd = _pandas() if len(data) >= BULK_MIN_BYTES else None
+    pd = _pandas() if end >= BULK_MIN_BYTES else None
     if pd is not None:
-        from ._bulk import read_bulk
+        from ._bulk import CHUNK_BYTES, blocks
 
-        frame, lines = read_bulk(data, pd)
-        frame = _finish(frame)
-        return ParsedLog(frame=frame, skipped=lines - len(frame), truncated=truncated)
+        return _parse_bulk(blocks(data, CHUNK_BYTES, end), pd, truncated=truncated)
+    if end < len(data):
+        data = data[:end]
+    truncated += len(CUT_LINE.findall(data))
     lines = data.count(b"\n")
     text = data.decode("utf-8", errors="replace")
     if _JSON_LINE.search(text) is None:
@@ -205,6 +218,47 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
         text_rows = scan_lines(rest, numbered=True)
         rows = _merge(json_rows, json_rows.lines or [], text_rows, [rest_lines[i] for i in text_rows.lines or []])
     return ParsedLog(_as_named(rows), skipped=lines - rows.rows, truncated=truncated)
+
+
+def _parse_bulk(blocks: Iterable[bytes], pd: Any, file: _FileLines | None = None, truncated: int = 0) -> ParsedLog:
+    """``blocks`` (whole lines) read by the bulk reader; ``file``, when they come from one, tells
+    afterwards whether its last line was cut off."""
+    from ._bulk import read_bulk
+
+    frame, lines, cut = read_bulk(blocks, pd)
+    read = set(frame.columns)
+    frame = _finish(frame)
+    truncated += cut + int(file is not None and file.cut_off)
+    # as on the line path, a collector's ms is a column wherever its count is, not the other way round
+    filled = [column for column in frame.columns if column not in read and column.endswith(".count")]
+    return ParsedLog(frame=frame, skipped=lines - len(frame), truncated=truncated, filled=filled)
+
+
+class _FileLines:
+    """The whole lines of a file in blocks, read as they are asked for, without the file's whole
+    text in memory at once. ``cut_off`` tells, once they have all been read, whether the file ends
+    in the middle of a line (which is left out)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.cut_off = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        from ._bulk import CHUNK_BYTES
+
+        try:
+            with self.path.open("rb") as file:
+                tail: list[bytes] = []  # a line begun in earlier reads
+                while chunk := file.read(CHUNK_BYTES):
+                    end = chunk.rfind(b"\n") + 1
+                    if not end:
+                        tail.append(chunk)
+                        continue
+                    yield b"".join([*tail, memoryview(chunk)[:end]]) if tail or end < len(chunk) else chunk
+                    tail = [chunk[end:]] if end < len(chunk) else []
+        except OSError as exc:
+            raise OSError(f"cannot read log {str(self.path)!r}: {exc.strerror or exc}") from exc
+        self.cut_off = bool(tail)
 
 
 def _as_named(rows: TextRows, named_at: Callable[[str, int], int] | None = None) -> TextRows:
