@@ -140,3 +140,17 @@ def test_a_slow_loader_with_a_sync_in_the_loop_is_input_bound_with_idle_near_the
         assert r.device_idle_ms == pytest.approx(r.etl_ms, rel=0.25)
         assert r.speedup_if_data_free > 1.5
         assert r.cuda_allocated_max_mb is not None and r.cuda_allocated_max_mb > 0
+
+
+def test_the_timeline_records_on_the_stream_the_model_runs_on():
+    timeline = CudaTimeline(torch.device("cuda"))
+    side = torch.cuda.Stream()
+    assert timeline.current_stream() == torch.cuda.current_stream()
+    with torch.cuda.stream(side):
+        assert timeline.current_stream() == side
+        timeline.start()
+        timeline.begin()
+        timeline.end()
+    assert timeline.current_stream() == torch.cuda.current_stream()
+    side.synchronize()
+    assert timeline.ready(1)

@@ -155,3 +155,69 @@ def test_cuda_memory_figures_come_from_one_read_of_the_allocators_nested_counter
     name, collector = alloc_retries_reader(device)
     assert (name, collector()) == ("cuda_alloc_retries", (2, None))
     assert reads == [device, device] and resets == [device]
+
+
+def test_a_report_reads_the_allocators_counters_once_for_its_retries_and_its_peaks(monkeypatch):
+    import torch
+
+    from trainperf.torch._cuda import AllocatorCounters, alloc_retries_reader, memory_probe
+
+    peaks = iter([3, 5, 7])
+    reads = []
+
+    def nested(device):
+        reads.append(device)
+        return {"allocated_bytes": {"all": {"peak": next(peaks) * 2**20}}, "num_alloc_retries": len(reads)}
+
+    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", nested)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: None)
+    device = torch.device("cuda", 0)
+    counters = AllocatorCounters(device)
+    _, retries = alloc_retries_reader(device, counters)
+    probe = memory_probe(device, counters)
+    # a report: collectors first, then probes, on one read
+    assert retries() == (1, None) and probe()["cuda_allocated_max_mb"] == 3.0 and len(reads) == 1
+    # a read is taken once: a probe read again without a collector's read in between reads afresh
+    assert probe()["cuda_allocated_max_mb"] == 5.0 and len(reads) == 2
+    assert retries() == (3, None) and probe()["cuda_allocated_max_mb"] == 7.0 and len(reads) == 3
+
+
+def test_nvml_is_read_at_most_once_per_interval_and_repeats_its_last_reading(clock):
+    pytest.importorskip("torch")
+    from trainperf.torch._nvml import NvmlProbe
+
+    rates = iter([10, 90])
+    calls = []
+    fake = SimpleNamespace(
+        nvmlDeviceGetUtilizationRates=lambda h: calls.append(h) or SimpleNamespace(gpu=next(rates)),
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=2**20),
+    )
+    probe = NvmlProbe(fake, "h", min_interval_s=1.0, clock=clock)
+    assert probe()["gpu_utilization_pct"] == 10.0
+    clock.advance(0.5)
+    assert probe()["gpu_utilization_pct"] == 10.0 and len(calls) == 1
+    clock.advance(0.5)
+    assert probe()["gpu_utilization_pct"] == 90.0 and len(calls) == 2
+    with pytest.raises(ValueError, match="min_interval_s"):
+        NvmlProbe(fake, "h", min_interval_s=-1)
+
+
+def test_cuda_timeline_looks_the_stream_up_again_only_when_it_changes(monkeypatch):
+    import torch
+
+    from trainperf.torch import _cuda
+
+    handles = {"now": 11}
+    looked_up = []
+    monkeypatch.setattr(_cuda, "_raw_stream", lambda index: handles["now"])
+    def current_stream(device):
+        looked_up.append(handles["now"])
+        return f"s{handles['now']}"
+
+    monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
+    timeline = _cuda.CudaTimeline(torch.device("cuda", 0))
+    assert [timeline.current_stream() for _ in range(3)] == ["s11"] * 3 and looked_up == [11]
+    handles["now"] = 12  # inside a ``torch.cuda.stream(...)`` block
+    assert timeline.current_stream() == "s12" and looked_up == [11, 12]
+    handles["now"] = 11
+    assert timeline.current_stream() == "s11" and looked_up == [11, 12, 11]

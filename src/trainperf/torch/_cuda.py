@@ -36,14 +36,26 @@ class CudaTimeline:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self._pool: list[torch.cuda.Event] = []
+        # The current stream, looked up again only when its raw handle changes (a ``torch.cuda.stream``
+        # context): ``torch.cuda.current_stream`` costs several microseconds of Python per call.
+        self._raw_stream: int | None = None
+        self._stream: torch.cuda.Stream | None = None
         self._ended: deque[tuple[torch.cuda.Event | None, torch.cuda.Event]] = deque()
         self._begin: torch.cuda.Event | None = None
         self._origin: torch.cuda.Event | None = None
 
     def _record(self) -> torch.cuda.Event:
         event = self._pool.pop() if self._pool else torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        event.record(torch.cuda.current_stream(self.device))
+        event.record(self.current_stream())
         return event
+
+    def current_stream(self) -> torch.cuda.Stream:
+        """The device's current stream, where the model's work is queued now."""
+        raw = _raw_stream(self.device.index)
+        if raw is None or raw != self._raw_stream or self._stream is None:
+            self._stream = torch.cuda.current_stream(self.device)
+            self._raw_stream = raw
+        return self._stream
 
     def start(self) -> None:
         """Forget what was recorded; the first window's device time starts now."""
@@ -111,6 +123,18 @@ class CudaTimeline:
         return value
 
 
+def _raw_stream(index: int | None) -> int | None:
+    """The handle of the current stream of device ``index`` (one C call), or ``None`` where torch
+    does not offer it."""
+    read = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if read is None or index is None:
+        return None
+    try:
+        return int(read(index))
+    except Exception:  # noqa: BLE001 - then the stream is looked up each time
+        return None
+
+
 def _allocator_stats(device: torch.device) -> dict[str, Any]:
     """The caching allocator's counters, nested as the allocator keeps them. ``torch.cuda.memory_stats``
     (and ``max_memory_allocated``, which reads it) flattens and sorts all of them in Python on every
@@ -118,20 +142,42 @@ def _allocator_stats(device: torch.device) -> dict[str, Any]:
     return torch.cuda.memory_stats_as_nested_dict(device)
 
 
+class AllocatorCounters:
+    """One read of the allocator's counters per report for both of their readers: the retries
+    collector reads them (collectors are read first in a report) and leaves the read for the memory
+    probe, which takes it once; a probe with no read left reads them itself."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._left: dict[str, Any] | None = None
+
+    def read(self) -> dict[str, Any]:
+        """A fresh read, left for one :meth:`take`."""
+        self._left = stats = _allocator_stats(self.device)
+        return stats
+
+    def take(self) -> dict[str, Any]:
+        """The read left by :meth:`read` in this report, else a fresh one."""
+        stats, self._left = self._left, None
+        return stats if stats is not None else _allocator_stats(self.device)
+
+
 def _peak_mb(stats: dict[str, Any], name: str) -> float:
     return float(stats.get(name, {}).get("all", {}).get("peak", 0)) / _MB
 
 
-def memory_probe(device: torch.device) -> Probe:
+def memory_probe(device: torch.device, counters: AllocatorCounters | None = None) -> Probe:
     """The caching allocator's peaks of allocated and reserved memory since the previous read
     (host-side counters: no synchronisation), reset at each read.
 
     Args:
         device: the CUDA device.
+        counters: the counters shared with :func:`alloc_retries_reader` (default: its own).
     """
+    shared = counters if counters is not None else AllocatorCounters(device)
 
     def read() -> dict[str, float | None]:
-        stats = _allocator_stats(device)
+        stats = shared.take()
         out: dict[str, float | None] = {
             "cuda_allocated_max_mb": _peak_mb(stats, "allocated_bytes"),
             "cuda_reserved_max_mb": _peak_mb(stats, "reserved_bytes"),
@@ -142,10 +188,16 @@ def memory_probe(device: torch.device) -> Probe:
     return read
 
 
-def alloc_retries_reader(device: torch.device) -> tuple[str, Collector]:
-    """A collector for the caching allocator's retries (its "full GC": freeing cached blocks and retrying)."""
+def alloc_retries_reader(device: torch.device, counters: AllocatorCounters | None = None) -> tuple[str, Collector]:
+    """A collector for the caching allocator's retries (its "full GC": freeing cached blocks and retrying).
+
+    Args:
+        device: the CUDA device.
+        counters: the counters shared with :func:`memory_probe` (default: its own).
+    """
+    shared = counters if counters is not None else AllocatorCounters(device)
 
     def read() -> tuple[int, float | None]:
-        return int(_allocator_stats(device).get("num_alloc_retries", 0)), None
+        return int(shared.read().get("num_alloc_retries", 0)), None
 
     return "cuda_alloc_retries", read

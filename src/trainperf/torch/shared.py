@@ -13,7 +13,7 @@ from .._timeline import DeviceTimeline
 from ._advice import loader_advisor
 from ._batch import batch_size
 from ._cluster import Cluster, forward_timer
-from ._cuda import CudaTimeline, alloc_retries_reader, memory_probe
+from ._cuda import AllocatorCounters, CudaTimeline, alloc_retries_reader, memory_probe
 from ._nvml import nvml_probe
 from ._tap import tap_of, untap
 
@@ -42,9 +42,10 @@ def use_model_device(
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         listener.use_device(device.index, (timeline_factory or CudaTimeline)(device))
-        listener.add_collector(*alloc_retries_reader(device))
+        counters = AllocatorCounters(device)  # one read per report serves both
+        listener.add_collector(*alloc_retries_reader(device, counters))
         if listener.report_hardware:
-            listener.add_probe(memory_probe(device))
+            listener.add_probe(memory_probe(device, counters))
             nvml = nvml_probe(device)
             if nvml is not None:
                 listener.add_probe(nvml)
