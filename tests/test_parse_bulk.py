@@ -11,8 +11,8 @@ import pytest
 import trainperf
 from trainperf import GCStat, PerformanceRecord, Verdict, format_line
 from trainperf._logs import _bulk as _parse_bulk
-from trainperf._logs import _parse
-from trainperf._logs._bulk import learn_layout
+from trainperf._logs import _layout, _parse
+from trainperf._logs._layout import Layout, learn_layout
 
 PREFIXES = [
     "",
@@ -90,15 +90,15 @@ def bulk(monkeypatch):
 def count_bulk_rows(monkeypatch, json_only: bool = False) -> list[int]:
     """Rows each layout read (JSON layouts only, if asked), filled in as the log is parsed."""
     counts: list[int] = []
-    read = _parse_bulk.Layout.read
+    read = Layout.read
 
     def counting(self, block, count, pd):
         frame = read(self, block, count, pd)
-        if not json_only or self.separators == _parse_bulk._JSON_SEPARATORS:
+        if not json_only or self.separators == _layout._JSON_SEPARATORS:
             counts.append(0 if frame is None else len(frame))
         return frame
 
-    monkeypatch.setattr(_parse_bulk.Layout, "read", counting)
+    monkeypatch.setattr(Layout, "read", counting)
     return counts
 
 
@@ -138,10 +138,10 @@ def test_regular_log_is_read_in_bulk_and_matches(bulk, monkeypatch):
         for i in range(1, 401)
     ]
     calls = []
-    read = _parse_bulk.Layout.read
+    read = Layout.read
     monkeypatch.setattr(_parse_bulk, "MIN_LINES", 50)
     monkeypatch.setattr(_parse_bulk, "CHUNK_BYTES", 1 << 22)
-    monkeypatch.setattr(_parse_bulk.Layout, "read", lambda self, *a: calls.append(a[1]) or read(self, *a))
+    monkeypatch.setattr(Layout, "read", lambda self, *a: calls.append(a[1]) or read(self, *a))
     got = assert_reads_like_line_patterns(trainperf.parse_log(regular), regular)
     assert calls == [399]  # one read for all lines of the regular shape; the warm-up line on its own
     assert got["warmup"].tolist() == [True] + [False] * 399
