@@ -146,11 +146,15 @@ def test_the_timeline_records_on_the_stream_the_model_runs_on():
     timeline = CudaTimeline(torch.device("cuda"))
     side = torch.cuda.Stream()
     assert timeline.current_stream() == torch.cuda.current_stream()
+    torch.cuda.synchronize()
     with torch.cuda.stream(side):
         assert timeline.current_stream() == side
         timeline.start()
         timeline.begin()
+        torch.cuda._sleep(200_000_000)  # about 0.1 s of device time, queued on the side stream only
         timeline.end()
     assert timeline.current_stream() == torch.cuda.current_stream()
+    torch.cuda.current_stream().synchronize()  # the default stream is idle: an event there would be done
+    assert not timeline.ready(1)  # the end event waits behind the side stream's work
     side.synchronize()
     assert timeline.ready(1)

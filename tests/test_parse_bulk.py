@@ -248,3 +248,40 @@ def test_a_compact_json_line_has_a_layout():
     )
     assert sorted(layout.fixed.values()) == ["0", "1"]
     assert list(layout.constants) == ["score"] and math.isnan(layout.constants["score"])
+
+
+def _plain_lines(n: int) -> list[str]:
+    rng = random.Random(7)
+    return [
+        format_line(PerformanceRecord(
+            iteration=10 * i, window_iterations=10, window_s=0.1, warmup=False, timestamp=0.0, etl_ms=rng.random(),
+            etl_max_ms=rng.random(), iteration_ms=rng.random(), iteration_p50_ms=1.0, iteration_p95_ms=rng.random(),
+            iteration_max_ms=2.0, samples_per_sec=100.0, batches_per_sec=10.0, score=rng.random(),
+            gc=(GCStat("gen0", 1, 0.5),), epoch=1, verdict=Verdict("input-bound", 53.0, "53% of step waiting for data"),
+        ))
+        for i in range(1, n + 1)
+    ]
+
+
+def test_a_shapes_odd_first_line_does_not_cost_the_other_lines_their_fields():
+    """``p9: `` and ``p95: `` have one shape: a layout learned from the odd line alone would take the
+    digits of ``p95`` as meaningless and drop the figures after it from every line of the shape."""
+    from _parse_paths import assert_agree, both_paths
+
+    lines = _plain_lines(300)
+    assert " p95: " in lines[0]
+    lines[0] = lines[0].replace(" p95: ", " p9: ")
+    by_line, in_bulk = both_paths("\n".join(lines) + "\n")
+    assert "iteration_p95_ms" in by_line.columns
+    assert_agree(by_line, in_bulk)
+
+
+def test_whole_numbers_beyond_what_a_float_holds_exactly_read_alike_on_both_paths():
+    from _parse_paths import assert_agree, both_paths
+
+    lines = _plain_lines(300)
+    lines[150] = lines[150].replace("iteration 1510;", "iteration 9007199254740993;")
+    assert "9007199254740993" in lines[150]
+    by_line, in_bulk = both_paths("\n".join(lines) + "\n")
+    assert_agree(by_line, in_bulk)
+    assert by_line.to_pandas()["iteration"][150] == in_bulk.to_pandas()["iteration"][150] == 2**53

@@ -131,7 +131,7 @@ class _BulkReader:
 
     def _take(self, shape: bytes, numbers: Any, text: bytes, exemplar: bytes) -> None:
         """Queue lines of one shape for a layout, or leave them to the line patterns."""
-        layout = self._layout(shape, len(numbers), exemplar)
+        layout = self._layout(shape, len(numbers), exemplar, text)
         if layout is None:
             self._leave(numbers, text)
             return
@@ -142,8 +142,12 @@ class _BulkReader:
         if waiting.size >= READ_BYTES:
             self._flush(shape)
 
-    def _layout(self, shape: bytes, lines: int, exemplar: bytes) -> Layout | None:
-        """The layout of ``shape``, learned once the log has shown enough of its lines."""
+    def _layout(self, shape: bytes, lines: int, exemplar: bytes, text: bytes) -> Layout | None:
+        """The layout of ``shape``, learned once the log has shown enough of its lines: from
+        ``exemplar`` and from the last line of ``text`` (lines of the shape), which must agree. A
+        layout learned from one line takes its digits where they count for nothing there as
+        meaningless; a line of the same shape whose digits count (``p9:`` against ``p95:``) would
+        then be read differently from the line patterns, so such a shape is left to them."""
         if len(shape) > MAX_SHAPE_BYTES:
             return None
         if shape in self.layouts:
@@ -151,7 +155,11 @@ class _BulkReader:
         seen = self.counted.get(shape, 0) + lines
         if seen >= MIN_LINES:
             self.counted.pop(shape, None)
-            layout = self.layouts[shape] = learn_layout(exemplar)
+            layout = learn_layout(exemplar)
+            last = text[text.rfind(b"\n", 0, len(text) - 1) + 1 : -1]
+            if layout is not None and last != exemplar and not layout.agrees(learn_layout(last)):
+                layout = None
+            self.layouts[shape] = layout
             return layout
         if shape in self.counted or len(self.counted) < MAX_COUNTED_SHAPES:
             self.counted[shape] = seen

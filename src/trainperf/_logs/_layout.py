@@ -14,6 +14,7 @@ accept there: whole numbers without a dot, JSON numbers without leading zeros or
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 from collections.abc import Iterable
@@ -91,6 +92,17 @@ class Layout:
     decimals: tuple[int, ...] = ()
     longest: dict[int, int] = field(default_factory=dict)
     checked: tuple[int, ...] = ()
+
+    def agrees(self, other: Layout | None) -> bool:
+        """Whether ``other`` (learned from another line of the shape) reads lines as this one does;
+        a ``NaN`` constant agrees with a ``NaN``."""
+        if other is None:
+            return False
+        if self.constants.keys() != other.constants.keys() or any(
+            not (a == b or (a != a and b != b)) for a, b in ((v, other.constants[k]) for k, v in self.constants.items())
+        ):
+            return False
+        return dataclasses.replace(self, constants={}) == dataclasses.replace(other, constants={})
 
     def read(self, block: bytes | list[bytes], lines: int, pd: Any) -> Any | None:
         """The figures of ``block`` (``lines`` lines of this shape, each ending in a newline; or

@@ -116,8 +116,14 @@ def _finish(frame: Any) -> Any:
     if "warmup" in frame:
         frame["warmup"] = frame["warmup"].eq(True)
     for name in INTEGER_COLUMNS:
-        if name in frame and len(frame) and frame[name].abs().lt(2.0**63).all():  # none missing, none too big
-            frame[name] = frame[name].astype("int64")
+        if name in frame:
+            # Through a float first, as the line patterns read every number: beyond 2**53 both
+            # readers then give the same (nearest) whole number.
+            column = frame[name].astype("float64")
+            if len(frame) and column.abs().lt(2.0**63).all():  # none missing, none too big
+                frame[name] = column.astype("int64")
+            else:
+                frame[name] = column
     return frame
 
 
