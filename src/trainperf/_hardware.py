@@ -36,6 +36,34 @@ WORKERS_IDLE_PCT = 10.0
 _MB = 1024.0 * 1024.0
 
 
+class Throttled:
+    """A probe read at most every ``min_interval_s`` seconds: a call sooner than that repeats the
+    last reading.
+
+    Args:
+        read: the probe behind it.
+        min_interval_s: seconds between two readings.
+        clock: monotonic clock, injectable for tests.
+    """
+
+    def __init__(self, read: Probe, *, min_interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if min_interval_s < 0:
+            raise ValueError(f"min_interval_s must not be negative, got {min_interval_s!r}")
+        self._read = read
+        self._min_interval_s = min_interval_s
+        self._clock = clock
+        self._read_at: float | None = None
+        self._last: Mapping[str, float | None] = {}
+
+    def __call__(self) -> Mapping[str, float | None]:
+        now = self._clock()
+        if self._read_at is not None and now - self._read_at < self._min_interval_s:
+            return self._last
+        self._last = self._read()
+        self._read_at = now
+        return self._last
+
+
 class ProcessProbe:
     """CPU use of this process and of its children (DataLoader workers), and this process's RSS.
 
@@ -61,16 +89,12 @@ class ProcessProbe:
     ) -> None:
         if rescan_s < 0:
             raise ValueError(f"rescan_s must not be negative, got {rescan_s!r}")
-        if min_interval_s < 0:
-            raise ValueError(f"min_interval_s must not be negative, got {min_interval_s!r}")
+        self._throttled = Throttled(self._read, min_interval_s=min_interval_s, clock=clock)
         self._process = process
-        self._min_interval_s = min_interval_s
         self._rescan_s = rescan_s
         self._clock = clock
         self._children: dict[int, Any] = {}
         self._scanned: float | None = None
-        self._read_at: float | None = None
-        self._last: dict[str, float | None] = {}
         process.cpu_percent(None)  # the first call starts the interval
 
     def _workers(self) -> list[Any]:
@@ -86,11 +110,10 @@ class ProcessProbe:
                 del self._children[pid]
         return list(self._children.values())
 
-    def __call__(self) -> dict[str, float | None]:
-        now = self._clock()
-        if self._read_at is not None and now - self._read_at < self._min_interval_s:
-            return self._last
-        self._read_at = now
+    def __call__(self) -> Mapping[str, float | None]:
+        return self._throttled()
+
+    def _read(self) -> dict[str, float | None]:
         out: dict[str, float | None] = {"cpu_pct": float(self._process.cpu_percent(None))}
         out["rss_mb"] = self._process.memory_info().rss / _MB
         shares: list[float] = []
@@ -100,7 +123,6 @@ class ProcessProbe:
             except Exception:  # noqa: BLE001 - a worker that ended between two reads
                 self._children.pop(getattr(child, "pid", -1), None)
         out["workers_cpu_pct"] = sum(shares) / len(shares) if shares else None
-        self._last = out
         return out
 
 

@@ -138,7 +138,7 @@ def _read_bytes(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> tup
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise OSError(f"cannot read log {str(path)!r}: {exc.strerror or exc}") from exc
+            raise _unreadable(path, exc) from exc
         return data, data.endswith(b"\n") or not data
     if hasattr(source, "read"):
         content = source.read()
@@ -196,7 +196,7 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
         try:
             size = path.stat().st_size
         except OSError as exc:
-            raise OSError(f"cannot read log {str(path)!r}: {exc.strerror or exc}") from exc
+            raise _unreadable(path, exc) from exc
         pd = _pandas() if size >= BULK_MIN_BYTES else None
         if pd is not None:
             file_lines = _FileLines(path)
@@ -224,6 +224,11 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
         text_rows = scan_lines(rest, numbered=True)
         rows = _merge(json_rows, json_rows.lines or [], text_rows, [rest_lines[i] for i in text_rows.lines or []])
     return ParsedLog(_as_named(rows), skipped=lines - rows.rows, truncated=truncated)
+
+
+def _unreadable(path: Path, exc: OSError) -> OSError:
+    """The error for a log that cannot be read, naming it."""
+    return OSError(f"cannot read log {str(path)!r}: {exc.strerror or exc}")
 
 
 def _parse_bulk(blocks: Iterable[bytes], pd: Any, file: _FileLines | None = None, truncated: int = 0) -> ParsedLog:
@@ -263,7 +268,7 @@ class _FileLines:
                     yield b"".join([*tail, memoryview(chunk)[:end]]) if tail or end < len(chunk) else chunk
                     tail = [chunk[end:]] if end < len(chunk) else []
         except OSError as exc:
-            raise OSError(f"cannot read log {str(self.path)!r}: {exc.strerror or exc}") from exc
+            raise _unreadable(self.path, exc) from exc
         self.cut_off = bool(tail)
 
 

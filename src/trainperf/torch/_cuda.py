@@ -123,14 +123,17 @@ class CudaTimeline:
         return value
 
 
+#: torch's own reader of the current stream's handle; absent from some builds.
+_CURRENT_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _raw_stream(index: int | None) -> int | None:
     """The handle of the current stream of device ``index`` (one C call), or ``None`` where torch
     does not offer it."""
-    read = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if read is None or index is None:
+    if _CURRENT_RAW_STREAM is None or index is None:
         return None
     try:
-        return int(read(index))
+        return int(_CURRENT_RAW_STREAM(index))
     except Exception:  # noqa: BLE001 - then the stream is looked up each time
         return None
 

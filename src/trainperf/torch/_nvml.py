@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
-from .._hardware import Probe
+from .._hardware import Probe, Throttled
 
 __all__: list[str] = []
 
@@ -33,26 +33,19 @@ class NvmlProbe:
     def __init__(
         self, nvml: Any, handle: Any, *, min_interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        if min_interval_s < 0:
-            raise ValueError(f"min_interval_s must not be negative, got {min_interval_s!r}")
+        self._throttled = Throttled(self._read, min_interval_s=min_interval_s, clock=clock)
         self._nvml = nvml
         self._handle = handle
-        self._min_interval_s = min_interval_s
-        self._clock = clock
-        self._read_at: float | None = None
-        self._last: dict[str, float | None] = {}
 
-    def __call__(self) -> dict[str, float | None]:
-        now = self._clock()
-        if self._read_at is not None and now - self._read_at < self._min_interval_s:
-            return self._last
+    def __call__(self) -> Mapping[str, float | None]:
+        return self._throttled()
+
+    def _read(self) -> dict[str, float | None]:
         nvml, handle = self._nvml, self._handle
-        self._last = {
+        return {
             "gpu_utilization_pct": float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
             "gpu_memory_used_mb": nvml.nvmlDeviceGetMemoryInfo(handle).used / _MB,
         }
-        self._read_at = now
-        return self._last
 
 
 def nvml_probe(device: torch.device, nvml: Any = None) -> Probe | None:
