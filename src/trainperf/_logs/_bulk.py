@@ -91,8 +91,7 @@ class _BulkReader:
             if b"ETL: " in shape:  # a line with ``ETL: `` keeps it when its digits are taken away
                 self.cut += len(CUT_LINE.findall(block))
             if b"iteration" in shape:
-                exemplar = block[: block.find(b"\n")]
-                self._take(shape, np.arange(first_line, first_line + count), block, exemplar)
+                self._take(shape, np.arange(first_line, first_line + count), block)
             return
         lines = shapes.split(b"\n")
         lines.pop()  # after the last newline
@@ -126,12 +125,11 @@ class _BulkReader:
         begins = starts[rows[np.concatenate(([0], breaks))]].tolist()
         ends = stops[rows[np.concatenate((breaks - 1, [len(rows) - 1]))]].tolist()
         text = b"".join([block[b:e] for b, e in zip(begins, ends, strict=True)])
-        exemplar = block[begins[0] : stops[rows[0]] - 1]
-        self._take(shape, rows + first_line, text, exemplar)
+        self._take(shape, rows + first_line, text)
 
-    def _take(self, shape: bytes, numbers: Any, text: bytes, exemplar: bytes) -> None:
+    def _take(self, shape: bytes, numbers: Any, text: bytes) -> None:
         """Queue lines of one shape for a layout, or leave them to the line patterns."""
-        layout = self._layout(shape, len(numbers), exemplar, text)
+        layout = self._layout(shape, len(numbers), text)
         if layout is None:
             self._leave(numbers, text)
             return
@@ -142,9 +140,9 @@ class _BulkReader:
         if waiting.size >= READ_BYTES:
             self._flush(shape)
 
-    def _layout(self, shape: bytes, lines: int, exemplar: bytes, text: bytes) -> Layout | None:
+    def _layout(self, shape: bytes, lines: int, text: bytes) -> Layout | None:
         """The layout of ``shape``, learned once the log has shown enough of its lines: from
-        ``exemplar`` and from the last line of ``text`` (lines of the shape), which must agree. A
+        the first and the last line of ``text`` (lines of the shape), which must agree. A
         layout learned from one line takes its digits where they count for nothing there as
         meaningless; a line of the same shape whose digits count (``p9:`` against ``p95:``) would
         then be read differently from the line patterns, so such a shape is left to them."""
@@ -155,9 +153,10 @@ class _BulkReader:
         seen = self.counted.get(shape, 0) + lines
         if seen >= MIN_LINES:
             self.counted.pop(shape, None)
-            layout = learn_layout(exemplar)
+            first = text[: text.find(b"\n")]
             last = text[text.rfind(b"\n", 0, len(text) - 1) + 1 : -1]
-            if layout is not None and last != exemplar and not layout.agrees(learn_layout(last)):
+            layout = learn_layout(first)
+            if layout is not None and last != first and not layout.agrees(learn_layout(last)):
                 layout = None
             self.layouts[shape] = layout
             return layout
