@@ -172,7 +172,7 @@ def test_a_report_reads_the_allocators_counters_once_for_its_retries_and_its_pea
     monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", nested)
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: None)
     device = torch.device("cuda", 0)
-    counters = AllocatorCounters(device)
+    counters = AllocatorCounters(device, min_interval_s=0.0)
     _, retries = alloc_retries_reader(device, counters)
     probe = memory_probe(device, counters)
     # a report: collectors first, then probes, on one read
@@ -180,6 +180,40 @@ def test_a_report_reads_the_allocators_counters_once_for_its_retries_and_its_pea
     # a read is taken once: a probe read again without a collector's read in between reads afresh
     assert probe()["cuda_allocated_max_mb"] == 5.0 and len(reads) == 2
     assert retries() == (3, None) and probe()["cuda_allocated_max_mb"] == 7.0 and len(reads) == 3
+
+
+def test_the_allocators_counters_are_read_at_most_once_per_interval(monkeypatch, clock):
+    """Between two reads the retries count stands still (counted at the next read, none lost) and
+    the peaks repeat; the peaks are reset only when read."""
+    import torch
+
+    from trainperf.torch._cuda import AllocatorCounters, alloc_retries_reader, memory_probe
+
+    state = {"peak": 3, "retries": 1}
+    reads, resets = [], []
+
+    def nested(device):
+        reads.append(clock())
+        return {"allocated_bytes": {"all": {"peak": state["peak"] * 2**20}}, "num_alloc_retries": state["retries"]}
+
+    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", nested)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: resets.append(clock()))
+    device = torch.device("cuda", 0)
+    counters = AllocatorCounters(device, min_interval_s=1.0, clock=clock)
+    _, retries = alloc_retries_reader(device, counters)
+    probe = memory_probe(device, counters)
+    assert retries() == (1, None) and probe()["cuda_allocated_max_mb"] == 3.0
+    state.update(peak=5, retries=4)
+    clock.advance(0.4)
+    assert retries() == (1, None) and probe()["cuda_allocated_max_mb"] == 3.0  # too soon: nothing new
+    assert probe()["cuda_allocated_max_mb"] == 3.0  # a probe alone, too soon, repeats as well
+    clock.advance(0.6)
+    assert retries() == (4, None) and probe()["cuda_allocated_max_mb"] == 5.0
+    assert len(reads) == 2 and resets == reads
+    clock.advance(1.0)
+    assert probe()["cuda_allocated_max_mb"] == 5.0 and len(reads) == 3  # a probe with no collector reads itself
+    with pytest.raises(ValueError, match="min_interval_s"):
+        AllocatorCounters(device, min_interval_s=-1.0)
 
 
 def test_nvml_is_read_at_most_once_per_interval_and_repeats_its_last_reading(clock):

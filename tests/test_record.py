@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError
+
+import pytest
+
 from trainperf import GCStat, PerformanceRecord, Verdict
 
 
@@ -32,3 +36,23 @@ def test_nested_dict_round_trips():
 
 def test_gc_ms_sums_known_pauses():
     assert sample_record().gc_ms == 0.4
+
+
+def test_the_listeners_fast_build_of_a_record_equals_the_dataclasses_own():
+    from dataclasses import fields
+
+    from trainperf._record import build_record
+
+    values = {f.name: None for f in fields(PerformanceRecord) if f.name not in ("gc", "extra", "host", "pid")}
+    values.update(iteration=7, window_iterations=10, window_s=0.5, warmup=False, timestamp=1.5, batches=10,
+                  optimizer_steps=10, skipped_steps=0, etl_ms=1.25, verdict=Verdict("fine", 0.0, "ok"))
+    built = build_record(values)
+    assert built == PerformanceRecord(**values)
+    assert built.extra == {} and built.extra is not build_record(values).extra  # a new dict each time
+    assert built.gc == () and built.host == "" and built.pid == 0
+    with pytest.raises(FrozenInstanceError):
+        built.iteration = 8  # type: ignore[misc]
+    with pytest.raises(TypeError, match="no field"):
+        build_record({**values, "speed": 1.0})
+    with pytest.raises(TypeError, match="'window_s'"):
+        build_record({k: v for k, v in values.items() if k != "window_s"})

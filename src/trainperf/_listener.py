@@ -19,7 +19,7 @@ from ._check import check_bool, check_callable, check_int, check_seconds, check_
 from ._deferred import HostWindow, PendingWindows
 from ._gc import GCMonitor
 from ._hardware import Probe, process_probe, read_probes, worker_tips
-from ._record import GCStat, PerformanceRecord, Verdict
+from ._record import GCStat, PerformanceRecord, Verdict, build_record
 from ._run_dir import open_run_dir, write_timeline
 from ._summary import RunSummary, build_summary
 from ._timeline import DeviceTimeline, DeviceWindow, speedup
@@ -760,7 +760,7 @@ class PerformanceListener:
                 utilization=hardware.get("gpu_utilization_pct"), thresholds=self.thresholds,
             ) if self.verdict else None
         mean_s = sum(durations) / n
-        record = PerformanceRecord(
+        record = build_record(dict(
             iteration=host.iteration,
             window_iterations=n,
             window_s=window_s,
@@ -799,7 +799,7 @@ class PerformanceListener:
             speedup_if_data_free=speedup(base_s, data_free_s),
             speedup_if_gc_free=speedup(base_s, gc_free_s),
             **hardware,  # keys are checked against HARDWARE_FIELDS
-        )
+        ))
         if hardware:
             self._last_hardware = hardware
         self._accumulate(record, figures, gc_s, data_free_s, gc_free_s, device)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 __all__ = ["GCStat", "PerformanceRecord", "Verdict", "SCHEMA_VERSION"]
@@ -157,6 +158,48 @@ class PerformanceRecord:
         kwargs["verdict"] = Verdict(**verdict) if isinstance(verdict, dict) else None
         kwargs["extra"] = dict(kwargs.get("extra") or {})
         return cls(**kwargs)
+
+
+_ABSENT: Any = object()
+
+
+def _field_setters() -> tuple[tuple[str, Callable[[Any, Any], None], Any, Callable[[], Any] | None], ...]:
+    out = []
+    for f in fields(PerformanceRecord):
+        factory = None if f.default_factory is MISSING else f.default_factory
+        default = _ABSENT if f.default is MISSING else f.default
+        out.append((f.name, PerformanceRecord.__dict__[f.name].__set__, default, factory))
+    return tuple(out)
+
+
+_SETTERS = _field_setters()
+_NAMES = frozenset(name for name, *_ in _SETTERS)
+_new = object.__new__
+
+
+def build_record(values: Mapping[str, Any]) -> PerformanceRecord:
+    """``PerformanceRecord(**values)`` in about half the time, for the listener's reports: the
+    generated ``__init__`` of a frozen dataclass sets each of its 44 fields through
+    ``object.__setattr__``; this sets each slot through its descriptor.
+
+    Raises:
+        TypeError: a name in ``values`` is no field, or a field without a default is missing.
+    """
+    if not _NAMES.issuperset(values):
+        raise TypeError(f"PerformanceRecord has no field {sorted(set(values) - _NAMES)!r}")
+    record = _new(PerformanceRecord)
+    get = values.get
+    for name, set_slot, default, factory in _SETTERS:
+        value = get(name, _ABSENT)
+        if value is _ABSENT:
+            if default is not _ABSENT:
+                value = default
+            elif factory is not None:
+                value = factory()
+            else:
+                raise TypeError(f"PerformanceRecord needs a value for {name!r}")
+        set_slot(record, value)
+    return record
 
 
 def flat_columns() -> tuple[str, ...]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -46,7 +48,7 @@ class CudaTimeline:
 
     def _record(self) -> torch.cuda.Event:
         event = self._pool.pop() if self._pool else torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        event.record(self.current_stream())
+        _RECORD(event, self.current_stream())
         return event
 
     def current_stream(self) -> torch.cuda.Stream:
@@ -85,7 +87,7 @@ class CudaTimeline:
         """Whether the oldest ``count`` ended iterations have completed (a non-blocking query)."""
         if count > len(self._ended):
             return False
-        return bool(self._ended[count - 1][1].query())  # type: ignore[no-untyped-call]
+        return bool(_QUERY(self._ended[count - 1][1]))
 
     def take(self, count: int) -> list[tuple[float | None, float]]:
         """``(begin, end)`` seconds since the previous window's last step end, for the oldest
@@ -98,10 +100,11 @@ class CudaTimeline:
         out: list[tuple[float | None, float]] = []
         used: list[torch.cuda.Event] = [origin]
         end = origin
+        elapsed = _ELAPSED
         for _ in range(count):
             begin, end = self._ended.popleft()
-            began = None if begin is None else origin.elapsed_time(begin) / 1000.0
-            out.append((began, origin.elapsed_time(end) / 1000.0))
+            began = None if begin is None else elapsed(origin, begin) / 1000.0
+            out.append((began, elapsed(origin, end) / 1000.0))
             if begin is not None:
                 used.append(begin)
             used.append(end)
@@ -122,6 +125,14 @@ class CudaTimeline:
             return host
         return value
 
+
+# The C methods of torch's event type, called without the Python wrappers of ``torch.cuda.Event``
+# (``record`` there looks the current stream up when none is given, and each wrapper adds a frame
+# to a call made twice per iteration).
+_EVENT_BASE = torch.cuda.Event.__mro__[1]
+_RECORD: Callable[[Any, Any], None] = getattr(_EVENT_BASE, "record", torch.cuda.Event.record)
+_QUERY: Callable[[Any], bool] = getattr(_EVENT_BASE, "query", torch.cuda.Event.query)
+_ELAPSED: Callable[[Any, Any], float] = getattr(_EVENT_BASE, "elapsed_time", torch.cuda.Event.elapsed_time)
 
 #: torch's own reader of the current stream's handle; absent from some builds.
 _CURRENT_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -146,23 +157,57 @@ def _allocator_stats(device: torch.device) -> dict[str, Any]:
 
 
 class AllocatorCounters:
-    """One read of the allocator's counters per report for both of their readers: the retries
-    collector reads them (collectors are read first in a report) and leaves the read for the memory
-    probe, which takes it once; a probe with no read left reads them itself."""
+    """The caching allocator's counters, read at most every ``min_interval_s`` seconds and once per
+    report for both of their readers.
 
-    def __init__(self, device: torch.device) -> None:
+    A read builds a nested dict of about a hundred counters in C++ (tens of microseconds on a busy
+    training thread), and at a report every few milliseconds the peaks would say little more than
+    one read a second does. The retries collector reads first in a report (collectors come before
+    probes) and leaves a fresh read for the memory probe, which takes it once; between two fresh
+    reads the collector sees the same cumulative count (no new retries yet: they are counted at
+    the next read) and the probe repeats its last figures.
+
+    Args:
+        device: the CUDA device.
+        min_interval_s: seconds between two reads of the counters (0: every time).
+        clock: monotonic clock, injectable for tests.
+    """
+
+    def __init__(
+        self, device: torch.device, *, min_interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if min_interval_s < 0:
+            raise ValueError(f"min_interval_s must not be negative, got {min_interval_s!r}")
         self.device = device
+        self._min_interval_s = min_interval_s
+        self._clock = clock
+        self._read_at: float | None = None
+        self._last: dict[str, Any] = {}
         self._left: dict[str, Any] | None = None
 
-    def read(self) -> dict[str, Any]:
-        """A fresh read, left for one :meth:`take`."""
-        self._left = stats = _allocator_stats(self.device)
+    def _fresh(self) -> dict[str, Any] | None:
+        """A new read of the counters, or ``None`` when the last one is too recent."""
+        now = self._clock()
+        if self._read_at is not None and now - self._read_at < self._min_interval_s:
+            return None
+        self._read_at = now
+        self._last = stats = _allocator_stats(self.device)
         return stats
 
-    def take(self) -> dict[str, Any]:
-        """The read left by :meth:`read` in this report, else a fresh one."""
+    def read(self) -> dict[str, Any]:
+        """The counters (the last read when it is too recent for a new one); a new read is left for
+        one :meth:`take`."""
+        stats = self._fresh()
+        if stats is None:
+            return self._last
+        self._left = stats
+        return stats
+
+    def take(self) -> dict[str, Any] | None:
+        """The new read left by :meth:`read` in this report, else a new one of its own, or ``None``
+        when the last read is too recent (nothing new to say)."""
         stats, self._left = self._left, None
-        return stats if stats is not None else _allocator_stats(self.device)
+        return stats if stats is not None else self._fresh()
 
 
 def _peak_mb(stats: dict[str, Any], name: str) -> float:
@@ -170,23 +215,27 @@ def _peak_mb(stats: dict[str, Any], name: str) -> float:
 
 
 def memory_probe(device: torch.device, counters: AllocatorCounters | None = None) -> Probe:
-    """The caching allocator's peaks of allocated and reserved memory since the previous read
-    (host-side counters: no synchronisation), reset at each read.
+    """The caching allocator's peaks of allocated and reserved memory since its previous read
+    (host-side counters: no synchronisation), reset at each read; read at most once a second
+    (see :class:`AllocatorCounters`), a report in between repeats the last figures.
 
     Args:
         device: the CUDA device.
         counters: the counters shared with :func:`alloc_retries_reader` (default: its own).
     """
     shared = counters if counters is not None else AllocatorCounters(device)
+    last: dict[str, float | None] = {}
 
     def read() -> dict[str, float | None]:
         stats = shared.take()
-        out: dict[str, float | None] = {
-            "cuda_allocated_max_mb": _peak_mb(stats, "allocated_bytes"),
-            "cuda_reserved_max_mb": _peak_mb(stats, "reserved_bytes"),
-        }
+        if stats is None:
+            return last
+        last.update(
+            cuda_allocated_max_mb=_peak_mb(stats, "allocated_bytes"),
+            cuda_reserved_max_mb=_peak_mb(stats, "reserved_bytes"),
+        )
         torch.cuda.reset_peak_memory_stats(device)
-        return out
+        return last
 
     return read
 
