@@ -228,14 +228,13 @@ def memory_probe(device: torch.device, counters: AllocatorCounters | None = None
 
     def read() -> dict[str, float | None]:
         stats = shared.take()
-        if stats is None:
-            return last
-        last.update(
-            cuda_allocated_max_mb=_peak_mb(stats, "allocated_bytes"),
-            cuda_reserved_max_mb=_peak_mb(stats, "reserved_bytes"),
-        )
-        torch.cuda.reset_peak_memory_stats(device)
-        return last
+        if stats is not None:
+            last.update(
+                cuda_allocated_max_mb=_peak_mb(stats, "allocated_bytes"),
+                cuda_reserved_max_mb=_peak_mb(stats, "reserved_bytes"),
+            )
+            torch.cuda.reset_peak_memory_stats(device)
+        return dict(last)  # a copy: a caller's change cannot alter the next report
 
     return read
 
