@@ -212,6 +212,14 @@ def test_the_allocators_counters_are_read_at_most_once_per_interval(monkeypatch,
     assert len(reads) == 2 and resets == reads
     clock.advance(1.0)
     assert probe()["cuda_allocated_max_mb"] == 5.0 and len(reads) == 3  # a probe with no collector reads itself
+    # a collector read outside a report (the listener's start) leaves nothing for a later report's probe
+    clock.advance(1.0)
+    state.update(peak=7)
+    retries()
+    clock.advance(0.5)
+    retries()
+    assert probe()["cuda_allocated_max_mb"] == 5.0  # too soon: the last figures, not the stale read of 7
+    assert len(resets) == 3  # and the peaks since that read were not reset unreported
     with pytest.raises(ValueError, match="min_interval_s"):
         AllocatorCounters(device, min_interval_s=-1.0)
 

@@ -198,10 +198,8 @@ class AllocatorCounters:
         """The counters (the last read when it is too recent for a new one); a new read is left for
         one :meth:`take`."""
         stats = self._fresh()
-        if stats is None:
-            return self._last
-        self._left = stats
-        return stats
+        self._left = stats  # never a read left from an earlier call (one outside a report, say)
+        return stats if stats is not None else self._last
 
     def take(self) -> dict[str, Any] | None:
         """The new read left by :meth:`read` in this report, else a new one of its own, or ``None``
