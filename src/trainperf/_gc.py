@@ -10,6 +10,9 @@ from typing import Any
 __all__ = ["GCMonitor"]
 
 _GENERATIONS = 3
+#: Pauses kept between two reports; a window with more (a pathological allocation loop) places
+#: only its newest ones in time.
+MAX_PAUSES = 100_000
 
 
 class GCMonitor:
@@ -28,6 +31,10 @@ class GCMonitor:
         self.seconds = [0.0] * _GENERATIONS
         self._started = 0.0
         self._installed = False
+        #: ``(start, seconds)`` of each pause since :meth:`take_pauses`, on the clock: where in a
+        #: window a collection fell decides which share it is taken out of. Bounded: at most
+        #: ``MAX_PAUSES`` kept (the oldest dropped), the per-generation totals stay exact.
+        self.pauses: list[tuple[float, float]] = []
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
@@ -35,8 +42,13 @@ class GCMonitor:
             return
         generation = info.get("generation", 0)
         if 0 <= generation < _GENERATIONS:
+            seconds = self._clock() - self._started
             self.counts[generation] += 1
-            self.seconds[generation] += self._clock() - self._started
+            self.seconds[generation] += seconds
+            pauses = self.pauses
+            if len(pauses) >= MAX_PAUSES:
+                del pauses[: MAX_PAUSES // 2]
+            pauses.append((self._started, seconds))
 
     def install(self) -> None:
         """Start listening (idempotent)."""
@@ -56,6 +68,11 @@ class GCMonitor:
     @property
     def installed(self) -> bool:
         return self._installed
+
+    def take_pauses(self) -> list[tuple[float, float]]:
+        """The pauses since the previous call, oldest first, and forget them."""
+        pauses, self.pauses = self.pauses, []
+        return pauses
 
     def snapshot(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """Cumulative (counts, seconds) per generation."""

@@ -19,6 +19,7 @@ from ._check import check_bool, check_callable, check_int, check_seconds, check_
 from ._deferred import HostWindow, PendingWindows
 from ._gc import GCMonitor
 from ._hardware import Probe, process_probe, read_probes, worker_tips
+from ._own_time import Ledger, own_time_of, user_clock
 from ._record import GCStat, PerformanceRecord, Verdict, build_record
 from ._run_dir import open_run_dir, write_timeline
 from ._summary import RunSummary, build_summary
@@ -267,14 +268,18 @@ class PerformanceListener:
                 raise TypeError(f"sinks must be callables taking a record, got {sink!r}")
         self.history = MemorySink(check_int("history", history, minimum=1, optional=True))
         self._fanout = FanOut(sink_list, strict=strict)
-        self._clock = clock
+        self._raw_clock = clock
+        # The clock of every figure: it stands still while trainperf works (see _own_time).
+        self._own = own_time_of(clock)
+        self._left_out = Ledger()  # what the user left out with exclude()
+        self._clock = user_clock(clock, self._own, self._left_out)
         self._wall_clock = wall_clock
         self.rank = rank if rank is not None else _env_rank()
         self.device: int | None = None
         self.epoch: int | None = None
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self._gc = GCMonitor(clock) if report_gc else None
+        self._gc = GCMonitor(self._clock) if report_gc else None
         if self._gc is not None:
             self._gc.install()
         # A listener dropped without close() leaves no gc.callbacks entry behind.
@@ -323,7 +328,7 @@ class PerformanceListener:
         ):
             raise ValueError(f"cluster_timeout_s must be seconds in (0, 3600], got {cluster_timeout_s!r}")
         self.cluster_timeout_s = float(cluster_timeout_s)
-        self._run_dir = open_run_dir(run_dir, self.rank, clock, wall_clock)
+        self._run_dir = open_run_dir(run_dir, self.rank, clock, wall_clock)  # offset to the raw clock
         if self._run_dir is not None:
             self._fanout.sinks.append(self._run_dir[0])
         self._reset_window(self._clock(), first=True)
@@ -484,8 +489,10 @@ class PerformanceListener:
             batches: data batches consumed by the iteration.
             etl: seconds the iteration waited for data.
             score: the loss, any object ``float()`` accepts (a tensor is fine); read on report only.
-            started: alternatively to ``etl``, the clock time at which the iteration's compute
-                started; its data wait is then the time since the previous iteration ended.
+            started: alternatively to ``etl``, the time at which the iteration's compute started,
+                read from the clock the listener was given (``time.perf_counter`` by default); its
+                data wait is then the time since the previous iteration ended, trainperf's own
+                time left out.
                 Both are ignored for an iteration during which :meth:`add_etl` was called.
             other: seconds of the iteration's host time that were neither data wait nor the step
                 (evaluation, logging, metric syncs between the step and the next batch).
@@ -521,6 +528,8 @@ class PerformanceListener:
             started = None
             self._pending_etl = 0.0
             self._explicit_etl = False
+        elif started is not None:  # a reading of the raw clock: onto the clock the window is measured with
+            started -= self._own.total + self._left_out.total
         if score is not None:
             self._score = score
         count = self._count + 1
@@ -546,6 +555,8 @@ class PerformanceListener:
         """:meth:`record_iteration` for an adapter that has just read the listener's clock (``now``)
         and whose figures are differences of that clock: nothing to check again, no second read."""
         if _get_ident() != self._owner or self._explicit_etl:  # first call, other threads, add_etl
+            if started is not None:  # record_iteration takes the raw clock's time
+                started += self._own.total + self._left_out.total
             return self.record_iteration(samples, batches, etl, None, started, other, steps, skipped)
         count = self._count + 1
         self._count = count
@@ -609,16 +620,18 @@ class PerformanceListener:
         seconds = check_seconds("seconds", seconds)
         if seconds == 0.0:
             return
+        # Never more than has passed since the last iteration ended: the clock must not run backwards
+        # past a time already recorded.
+        last = self._window[-1][0] if self._window else self._window_start
+        seconds = min(seconds, max(0.0, self._clock() - last))
         if self._timeline is not None:  # the device's work then is not idle time of the next iteration
             self._excluded[self._count] = self._excluded.get(self._count, 0.0) + seconds
-        self._shift(seconds)
+        self._left_out.total += seconds
 
-    def _shift(self, seconds: float) -> None:
-        self._window_start += seconds
-        self._window = [
-            (end + seconds, etl, None if started is None else started + seconds, samples, batches, other, steps, skip)
-            for end, etl, started, samples, batches, other, steps, skip in self._window
-        ]
+    def _own_time(self, seconds: float) -> None:
+        """``seconds`` of trainperf's own work just passed: every listener on this clock leaves them out."""
+        self._own.total += seconds
+        self._overhead_s += seconds
 
     # ------------------------------------------------------------------ reporting
     def _reset_window(self, now: float, *, first: bool) -> None:
@@ -651,12 +664,14 @@ class PerformanceListener:
     def _report_locked(self, last: WindowEntry) -> PerformanceRecord | None:
         """Close the window that ``last`` ends. Its record is built now, or, with a device timeline,
         once the device has done the window's work; returns the newest record built by this call."""
+        began = self._raw_clock()
         now = last[0]
         window_start = self._window_start
         window = self._window
         window.append(last)
-        figures = window_figures(window_start, window)
-        gc_stats, gc_s = self._collect_gc()
+        figures = window_figures(window_start, window, pauses=self._gc.take_pauses() if self._gc is not None else ())
+        gc_stats, _ = self._collect_gc()
+        gc_s = figures.gc_s
         host = HostWindow(
             first_iteration=self._first_iteration,
             iteration=self._count,
@@ -684,12 +699,13 @@ class PerformanceListener:
                 pending.add(host)
                 record = self._emit_all(pending.poll())
             if self._run_dir is not None:  # the window's host timeline, once its iterations are known
-                write_timeline(self._run_dir, window_start, window, host.iteration)
+                write_timeline(self._run_dir, window_start, window, host.iteration, self._clock_shift())
         finally:
             # The report's own time (building the record, the sinks) belongs to no window of the
-            # user's: the next one starts now, and its record says what this report cost.
+            # user's: the clock stands still for it, and the next record says what it cost.
+            self._overhead_s = 0.0
+            self._own_time(self._raw_clock() - began)
             self._reset_window(self._clock(), first=False)
-            self._overhead_s = self._window_start - now
         self._say_deferred()
         return record
 
@@ -714,13 +730,11 @@ class PerformanceListener:
             self._next_report = self._window_end
         if not done:
             return None
-        started = self._clock()
+        started = self._raw_clock()
         try:
             record = self._emit_all(done)
         finally:
-            spent = self._clock() - started
-            self._shift(spent)
-            self._overhead_s += spent
+            self._own_time(self._raw_clock() - started)
         self._say_deferred()
         return record
 
@@ -985,11 +999,11 @@ class PerformanceListener:
                 self._score = self._timeline.stage(self._score)  # read after the wait below
             record = self._report_locked(self._window.pop())
         if self._pending is not None and len(self._pending):
-            started = self._clock()
+            started = self._raw_clock()
             try:
                 record = self._emit_all(self._drain()) or record
             finally:
-                self._overhead_s += self._clock() - started
+                self._own_time(self._raw_clock() - started)
             self._say_deferred()
         return record
 
@@ -1007,8 +1021,14 @@ class PerformanceListener:
 
     @property
     def clock(self) -> Callable[[], float]:
-        """The monotonic clock this listener measures with."""
+        """The clock this listener measures with: its monotonic clock less trainperf's own time (the
+        reports of every listener on that clock) and the time left out with :meth:`exclude`. Adapters
+        and callers of :meth:`record_iteration` (``started``) read their timestamps from it."""
         return self._clock
+
+    def _clock_shift(self) -> float:
+        """Seconds the raw clock is ahead of :attr:`clock` now."""
+        return self._own.total + self._left_out.total
 
     @property
     def closed(self) -> bool:

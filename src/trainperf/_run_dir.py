@@ -62,7 +62,9 @@ def open_run_dir(
     return sink, wall_clock() - clock()
 
 
-def write_timeline(run_dir: RunDir, start: float, window: Sequence[WindowEntry], last_iteration: int) -> None:
+def write_timeline(
+    run_dir: RunDir, start: float, window: Sequence[WindowEntry], last_iteration: int, shift: float = 0.0
+) -> None:
     """Hand a reported window's iterations to the run directory's bounded timeline; a failure warns
     and training goes on.
 
@@ -71,12 +73,14 @@ def write_timeline(run_dir: RunDir, start: float, window: Sequence[WindowEntry],
         start: the listener's clock time at which the window started.
         window: the window's entries.
         last_iteration: the number of the window's last iteration.
+        shift: seconds the listener's raw clock is ahead of the clock its window was measured with
+            (trainperf's own time and the time left out so far).
     """
     sink, wall_offset = run_dir
     if sink.closed:
         return
     try:
-        sink.timeline(timeline_rows(start, window, last_iteration, wall_offset))
+        sink.timeline(timeline_rows(start, window, last_iteration, wall_offset + shift))
     except Exception as exc:  # noqa: BLE001 - the timeline must never stop training
         warnings.warn(f"trainperf could not write the timeline of {sink!r}: {exc!r}", SinkError, stacklevel=3)
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ._timeline import speedup
-from ._verdict import DEFAULT_THRESHOLDS, Thresholds, loop_work_s
+from ._verdict import DEFAULT_THRESHOLDS, Thresholds
 
 __all__ = ["RunSummary", "build_summary"]
 
@@ -200,7 +200,7 @@ def build_summary(
         for kind, seconds, threshold, over in (
             ("input-bound", data_free, thresholds.input_bound, base_s),
             ("gc-bound", gc_free, thresholds.gc_bound, base_s),
-            ("loop-bound", loop_work_s(other_s, gc_s), thresholds.loop_bound, wall_s),
+            ("loop-bound", other_s, thresholds.loop_bound, wall_s),
             ("host-bound", 0.0, 100.0, wall_s),
         ):
             share = 100.0 * seconds / over if over > 0 else 0.0

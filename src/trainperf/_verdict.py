@@ -22,12 +22,6 @@ LOOP_BOUND_SHARE = 20.0
 #: nor for the loop between steps, is starved by the host's launches: ``host-bound``.
 HOST_BOUND_UTILIZATION = 50.0
 
-def loop_work_s(other_s: float, gc_s: float) -> float:
-    """The loop's own host work: its other time less GC pauses, which may fall between steps (an
-    explicit ``gc.collect()`` after the step, say) and then belong to the GC's share."""
-    return max(0.0, other_s - gc_s)
-
-
 @dataclass(frozen=True)
 class Thresholds:
     """Shares of a window's wall time, in percent, from which it is input-, GC- or loop-bound."""
@@ -43,7 +37,8 @@ DEFAULT_THRESHOLDS = Thresholds()
 def judge(
     window_s: float, etl_s: float, gc_s: float, other_s: float = 0.0, thresholds: Thresholds = DEFAULT_THRESHOLDS
 ) -> Verdict:
-    """Verdict for one window from its wall time and the data-wait, GC-pause and other host seconds in it.
+    """Verdict for one window from its wall time and the data-wait, GC-pause and other host seconds in it
+    (each without the others: GC pauses between steps are not in ``other_s``).
 
     The largest share that crosses its threshold names the verdict.
     """
@@ -51,7 +46,7 @@ def judge(
         return Verdict("fine", 0.0, "no time elapsed")
     etl_share = min(100.0, 100.0 * etl_s / window_s)
     gc_share = min(100.0, 100.0 * gc_s / window_s)
-    other_share = min(100.0, 100.0 * loop_work_s(other_s, gc_s) / window_s)
+    other_share = min(100.0, 100.0 * other_s / window_s)
     bound = [
         (share, kind, reason)
         for share, threshold, kind, reason in (
@@ -105,7 +100,7 @@ def judge_device(
             :meth:`~trainperf._timeline.DeviceWindow.data_idle_s`).
         etl_s: the host's data wait in the window.
         gc_s: GC pauses in the window.
-        other_s: the loop's other host time (its GC pauses included).
+        other_s: the loop's other host time, GC pauses left out.
         iterations: iterations in the window, for the per-batch figures in the reason.
         utilization: the GPU's utilisation in percent over the window (NVML), ``None`` when unknown.
         thresholds: the shares from which a window is input-, GC- or loop-bound.
@@ -114,7 +109,7 @@ def judge_device(
         return Verdict("fine", 0.0, "no time elapsed")
     rest = max(0.0, idle_s - data_idle_s)
     gc_idle = min(rest, gc_s)
-    loop_idle = min(max(0.0, rest - gc_idle), loop_work_s(other_s, gc_s))
+    loop_idle = min(max(0.0, rest - gc_idle), other_s)
     data_share = min(100.0, 100.0 * data_idle_s / window_s)
     gc_share = min(100.0, 100.0 * gc_idle / window_s)
     loop_share = min(100.0, 100.0 * loop_idle / window_s)

@@ -25,9 +25,13 @@ class WindowFigures:
     Attributes:
         iterations: iterations in the window.
         window_s: wall time from the window's start to its last iteration's end.
-        etl_s: total data wait.
+        etl_s: total data wait, GC pauses that fell in it left out (those in the gap before a
+            step whose data wait is that gap; those in a loader's fetch where the step is too
+            short to hold them).
         etl_max_s: the longest data wait of one iteration.
-        other_s: total host time that was neither data wait nor the step.
+        other_s: total host time that was neither data wait nor the step, GC pauses in it left out.
+        gc_s: GC pauses in the window. ``etl_s + compute_s + other_s + gc_s == window_s``: each pause
+            is counted once, taken out of the share it fell in.
         etl_from_gap: iterations whose data wait is the gap before their compute started (the
             fallback when no loader could be timed).
         durations: each iteration's time, ascending.
@@ -48,11 +52,12 @@ class WindowFigures:
     skipped: int = 0
     etl_from_gap: int = 0
     etls: tuple[float, ...] = ()
+    gc_s: float = 0.0
 
     @property
     def compute_s(self) -> float:
-        """The window's time in the step: what is neither data wait nor other host time."""
-        return max(0.0, self.window_s - self.etl_s - self.other_s)
+        """The window's time in the step: what is neither data wait, other host time nor GC."""
+        return max(0.0, self.window_s - self.etl_s - self.other_s - self.gc_s)
 
     @property
     def mean_s(self) -> float:
@@ -75,7 +80,10 @@ class WindowFigures:
 
 
 def window_figures(
-    start: float, entries: Sequence[WindowEntry], durations: Sequence[float] | None = None
+    start: float,
+    entries: Sequence[WindowEntry],
+    durations: Sequence[float] | None = None,
+    pauses: Sequence[tuple[float, float]] = (),
 ) -> WindowFigures:
     """The figures of the window that started at ``start`` and holds ``entries`` (at least one).
 
@@ -84,6 +92,10 @@ def window_figures(
         entries: the window's iterations, oldest first; see :data:`WindowEntry`.
         durations: per-iteration times from another clock (CUDA events, say); when given and not
             empty, its last ``len(entries)`` values replace the host-clock iteration times.
+        pauses: GC pauses as ``(start, seconds)`` on the same clock, oldest first. A pause in the
+            part of an iteration before its step (its other host time, then a data wait that is
+            the gap before the step) is taken out of that part; any other out of the step's
+            compute, and out of the data wait where the compute is too short to hold it.
     """
     if not entries:
         raise ValueError("a window needs at least one iteration")
@@ -92,13 +104,29 @@ def window_figures(
     samples: int | None = 0
     batches = steps = skipped = from_gap = 0
     other_s = 0.0
+    gc_before_s = 0.0  # pauses taken out of other time and of data waits that are gaps
+    first_pause = 0
+    n_pauses = len(pauses)
     prev = start
     for end, etl, started, n_samples, n_batches, other, n_steps, n_skipped in entries:
         if started is None:
             etls.append(etl)
+            gap = 0.0
         else:
-            etls.append(max(0.0, started - prev))
+            gap = max(0.0, min(started, end) - prev)
+            etls.append(gap)
             from_gap += 1
+        if n_pauses:
+            before = prev + other + gap
+            while first_pause < n_pauses and sum(pauses[first_pause]) <= prev:
+                first_pause += 1
+            in_before = _overlap(pauses, first_pause, prev, before)
+            if in_before > 0.0:
+                from_other = min(other, in_before)
+                from_gap_etl = min(gap, in_before - from_other)
+                other -= from_other
+                etls[-1] -= from_gap_etl
+                gc_before_s += from_other + from_gap_etl
         host_durations.append(end - prev)
         prev = end
         samples = None if n_samples is None or samples is None else samples + n_samples
@@ -109,10 +137,19 @@ def window_figures(
     n = len(entries)
     chosen = list(durations[-n:]) if durations else host_durations
     chosen.sort()
+    window_s = prev - start
+    etl_s = sum(etls)
+    gc_s = _overlap(pauses, 0, start, prev) if n_pauses else 0.0
+    # Pauses inside the step come out of its compute, and out of the data wait where the compute
+    # (a loader fetch that collected, with a short step) cannot hold them.
+    short = window_s - etl_s - other_s - gc_s
+    if short < 0.0:
+        etl_s = max(0.0, etl_s + short)
     return WindowFigures(
         iterations=n,
-        window_s=prev - start,
-        etl_s=sum(etls),
+        window_s=window_s,
+        etl_s=etl_s,
+        gc_s=gc_s,
         etl_max_s=max(etls),
         durations=tuple(chosen),
         samples=samples,
@@ -123,6 +160,17 @@ def window_figures(
         etl_from_gap=from_gap,
         etls=tuple(etls),
     )
+
+
+def _overlap(pauses: Sequence[tuple[float, float]], first: int, lo: float, hi: float) -> float:
+    """Seconds of ``pauses[first:]`` (``(start, seconds)``, by start) that fall within ``[lo, hi]``."""
+    total = 0.0
+    for i in range(first, len(pauses)):
+        begin, seconds = pauses[i]
+        if begin >= hi:
+            break
+        total += max(0.0, min(hi, begin + seconds) - max(lo, begin))
+    return total
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

@@ -70,8 +70,7 @@ def plot(data: Any, *, title: str | None = None) -> Any:
             "GC": frame["_gc_ms"].fillna(0.0) if "_gc_ms" in frame else 0.0 * total,
             "other host work": frame["other_ms"].fillna(0.0) if "other_ms" in frame else 0.0 * total,
         }
-        # the loop's own work, as the verdict counts it (trainperf._verdict.loop_work_s): GC pauses are GC's
-        parts["other host work"] = (parts["other host work"] - parts["GC"]).clip(lower=0)
+        # other_ms holds no GC pause: a record counts each pause once, in GC (see PerformanceRecord)
         shares = {name: (100.0 * part / total).clip(0, 100) for name, part in parts.items()}
         shares = {"compute": (100.0 - sum(shares.values())).clip(lower=0), **shares}
         frame = frame.assign(**{f"_share:{name}": value for name, value in shares.items()})

@@ -188,9 +188,7 @@ class PerformanceCallback(_CallbackBase):
             return
         paused = self._clock() - self._paused_at
         self._paused_at = None
-        self.listener.exclude(paused)
-        if self._open:
-            self._started += paused
+        self.listener.exclude(paused)  # the listener's clock, which ours is, now reads that much less
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         if not trainer.sanity_checking:
