@@ -10,7 +10,6 @@ DEFAULT_FIXES: dict[str, tuple[str, ...]] = {
         "prefetch_factor=2..4) or trainperf.data.prefetch(loader)",
         "pre-save decoded/augmented batches once with trainperf.data.presave() and train from "
         "trainperf.data.load_presaved()",
-        "on CUDA, DataLoader(pin_memory=True) with .to(device, non_blocking=True)",
     ),
     "loop-bound": (
         "move per-step evaluation, logging and .item()/metric reads out of the step: do them every N steps",
@@ -27,6 +26,12 @@ DEFAULT_FIXES: dict[str, tuple[str, ...]] = {
         "raise the generation-0 threshold, e.g. gc.set_threshold(50_000, 50, 100)",
         "keep fewer Python objects per step (tensors instead of lists of floats, no per-step dicts)",
     ),
+}
+
+
+#: Fixes that apply only where the model trains on a CUDA device.
+CUDA_FIXES: dict[str, tuple[str, ...]] = {
+    "input-bound": ("on CUDA, DataLoader(pin_memory=True) with .to(device, non_blocking=True)",),
 }
 
 

@@ -10,7 +10,7 @@ and the fields stay ``None``. ``trainperf.torch`` adds the CUDA allocator's and 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 __all__: list[str] = []
@@ -77,6 +77,8 @@ class ProcessProbe:
         min_interval_s: seconds between two readings.
         rescan_s: seconds between two look-ups of the children.
         clock: monotonic clock, injectable for tests.
+        workers: the process ids of the loader's workers (asked at each look-up); children that are
+            not among them (a ``subprocess``, Spark's JVM) are no workers. ``None``: every child is.
     """
 
     def __init__(
@@ -86,7 +88,9 @@ class ProcessProbe:
         min_interval_s: float = 1.0,
         rescan_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        workers: Callable[[], Collection[int]] | None = None,
     ) -> None:
+        self._worker_pids = workers
         if rescan_s < 0:
             raise ValueError(f"rescan_s must not be negative, got {rescan_s!r}")
         self._throttled = Throttled(self._read, min_interval_s=min_interval_s, clock=clock)
@@ -102,6 +106,9 @@ class ProcessProbe:
         if self._scanned is None or now - self._scanned >= self._rescan_s:
             self._scanned = now
             found = {child.pid: child for child in self._process.children(recursive=False)}
+            if self._worker_pids is not None:
+                pids = self._worker_pids()
+                found = {pid: child for pid, child in found.items() if pid in pids}
             for pid, child in found.items():
                 if pid not in self._children:
                     self._children[pid] = child
@@ -126,13 +133,17 @@ class ProcessProbe:
         return out
 
 
-def process_probe() -> Probe | None:
-    """The host probe for this process, or ``None`` when ``psutil`` is not installed."""
+def process_probe(workers: Callable[[], Collection[int]] | None = None) -> Probe | None:
+    """The host probe for this process, or ``None`` when ``psutil`` is not installed.
+
+    Args:
+        workers: the process ids of the loader's workers (see :class:`ProcessProbe`).
+    """
     try:
         import psutil
     except ImportError:
         return None
-    return ProcessProbe(psutil.Process())
+    return ProcessProbe(psutil.Process(), workers=workers)
 
 
 def read_probes(probes: list[Probe], failed: Callable[[str], None]) -> dict[str, float | None]:

@@ -10,11 +10,11 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._advice import DEFAULT_FIXES
+from ._advice import CUDA_FIXES, DEFAULT_FIXES
 from ._check import check_bool, check_callable, check_int, check_seconds, check_str, is_int
 from ._deferred import HostWindow, PendingWindows
 from ._gc import GCMonitor
@@ -298,8 +298,9 @@ class PerformanceListener:
         self._excluded: dict[int, float] = {}  # iteration index -> host seconds left out before it
         self._probes: list[Probe] = []
         self.report_hardware = check_bool("report_hardware", report_hardware)
+        self._loader_workers: Callable[[], Collection[int]] = tuple  # no loader workers known
         if self.report_hardware:
-            probe = process_probe()
+            probe = process_probe(lambda: self._loader_workers())
             if probe is not None:
                 self._probes.append(probe)
         self._last_hardware: dict[str, float | None] = {}
@@ -385,6 +386,12 @@ class PerformanceListener:
         check_str("name", name, empty=False)
         check_callable("read", read, "a callable returning (count, milliseconds or None)")
         self._collectors.append((name, read, _read_collector(name, read)))
+
+    def set_loader_workers(self, pids: Callable[[], Collection[int]]) -> None:
+        """Where to find the process ids of the training loader's worker processes (adapters that
+        see the loader call it). Only those count as ``workers_cpu_pct``; other child processes (a
+        ``subprocess``, Spark's JVM) do not. Without it no child process counts as a worker."""
+        self._loader_workers = check_callable("pids", pids, "a callable returning process ids")
 
     def add_advisor(self, advisor: Advisor) -> None:
         """Register a function that, given a bad verdict's kind, names fixes it can see (adapters use this)."""
@@ -903,7 +910,8 @@ class PerformanceListener:
                 specific.extend(advisor(kind))
             except Exception:  # noqa: BLE001 - advice must never break training
                 continue
-        return [*specific, *DEFAULT_FIXES.get(kind, ())]
+        general = [*DEFAULT_FIXES.get(kind, ()), *(CUDA_FIXES.get(kind, ()) if self.device is not None else ())]
+        return list(dict.fromkeys([*specific, *general]))  # once each, the most specific first
 
     def _warn_once(self, message: str) -> None:
         """Say ``message`` once per run, after the report in progress has reached every sink."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .._listener import PerformanceListener
 from .._timeline import DeviceTimeline
 from ..sinks import LoggerSink, Sink
-from ..torch.shared import batch_size, join_cluster, loader_advisor, use_model_device
+from ..torch.shared import batch_size, join_cluster, loader_advisor, on_cuda_of, use_model_device
 from ._compat import callback_base
 
 if TYPE_CHECKING:
@@ -147,7 +147,8 @@ class PerformanceCallback(_CallbackBase):
         self._samples_of = _samples_reader(getattr(trainer.fit_loop, "_combined_loader", None))
         self._wrap_save_checkpoint(trainer)
         self._wrap_fetch(trainer)
-        listener.add_advisor(lambda kind: loader_advisor(getattr(trainer, "train_dataloader", None))(kind))
+        on_cuda = on_cuda_of(listener)
+        listener.add_advisor(lambda kind: loader_advisor(getattr(trainer, "train_dataloader", None), on_cuda)(kind))
         listener.start()
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:

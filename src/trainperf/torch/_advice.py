@@ -12,8 +12,14 @@ from .._advice import dataloader_tips
 __all__: list[str] = []
 
 
-def loader_advisor(loader: Any) -> Callable[[str], list[str]]:
-    """An advisor that names what is wrong with ``loader``'s settings when training is input-bound."""
+def loader_advisor(loader: Any, on_cuda: Callable[[], bool]) -> Callable[[str], list[str]]:
+    """An advisor that names what is wrong with ``loader``'s settings when training is input-bound.
+
+    Args:
+        loader: the training loader (anything else than a DataLoader gets no advice).
+        on_cuda: whether the model trains on a CUDA device (asked when advising): ``pin_memory`` is
+            advised only there.
+    """
 
     def advise(kind: str) -> list[str]:
         if kind != "input-bound" or not isinstance(loader, torch.utils.data.DataLoader):
@@ -23,7 +29,12 @@ def loader_advisor(loader: Any) -> Callable[[str], list[str]]:
             persistent_workers=loader.persistent_workers,
             prefetch_factor=loader.prefetch_factor,
             pin_memory=loader.pin_memory,
-            cuda=torch.cuda.is_available(),
+            cuda=on_cuda(),
         )
 
     return advise
+
+
+def on_cuda_of(listener: Any) -> Callable[[], bool]:
+    """Whether ``listener``'s model runs on CUDA (its records carry a device index only there)."""
+    return lambda: listener.device is not None

@@ -38,6 +38,7 @@ from .._timeline import DeviceTimeline
 from . import _loop_hooks as loop_hooks
 from ._batch import batch_size
 from ._tap import attachments_of, tap_of, untap
+from ._advice import loader_advisor, on_cuda_of
 from .shared import join_cluster, process_rank, use_model_device
 
 __all__ = ["Attachment", "attach", "detach"]
@@ -78,6 +79,7 @@ class Attachment:
         self._boundary = 0.0
         self._step_depth = 0
         self._hooks: list[Any] = []  # handles of per-optimizer hooks
+        self._peers: list[weakref.ref[Attachment]] = []  # attachments on other models, told of each step
         self._reset_iteration()
         # Which optimizers train this model, weakly keyed: an optimizer outlives many attachments.
         self._owned: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
@@ -86,14 +88,20 @@ class Attachment:
         self._step_handle = _register_step_hook(self)
         loop_hooks.register(self)
         self._detached = False
+        _link_peers(self)
         listener.on_close(self.detach)
         attachments_of(model, create=True).append(self)
+        self._loader: weakref.ref[Any] | None = None  # the training loader, once iter() was seen
+        self._worker_pids: frozenset[int] = frozenset()
+        listener.add_advisor(self._advise)
+        listener.set_loader_workers(lambda: self._worker_pids)
 
     def _reset_iteration(self) -> None:
         self._open = False
         self._activity: float | None = None  # first sign of this iteration
         self._first_forward: float | None = None
         self._etl = 0.0
+        self._idle_etl = 0.0  # loader time before the iteration's first sign: an epoch's end or start
         self._fetched = 0
         self._loader_samples: int | None = 0
         self._samples: int | None = 0
@@ -148,24 +156,40 @@ class Attachment:
         return False
 
     def on_fetch(self, started: float, ended: float, batch: Any) -> None:
-        """A loader fetch from ``started`` to ``ended`` delivered ``batch`` (``None``: it started an epoch)."""
+        """A loader fetch from ``started`` to ``ended`` delivered ``batch`` (``None``: it started or
+        ended an epoch: ``iter()`` starting workers, or the ``StopIteration`` of an exhausted loader)."""
         if not self._started:
             self._begin(started)
-        if self._activity is None:
-            self._activity = started
         self._etl += ended - started
         if batch is None:
+            # Not a sign that the next iteration started: what the loop does after the epoch's last
+            # batch (evaluation, a checkpoint, printing) is its own host work, not the next step's.
+            if self._activity is None:
+                self._idle_etl += ended - started
             return
+        if self._activity is None:
+            self._activity = started
         self._open = True
         if not self._fetched and self._timeline is not None:
             # The device's side of the iteration starts when its data is on the host: what the
             # device does after that (the copy to it, zero_grad) is work that free data still needs.
             self._timeline.begin()
         self._fetched += 1
-        first = batch[0] if type(batch) in (tuple, list) and batch else batch
-        shape = first.shape if type(first) is Tensor else None  # len(tensor) costs three times more
-        n = shape[0] if shape else batch_size(batch)
+        n = _pair_size(batch)  # the common (inputs, targets) pair without the general search
+        if n is None:
+            n = batch_size(batch)
         self._loader_samples = None if n is None or self._loader_samples is None else self._loader_samples + n
+
+    def on_loader(self, loader: Any, iterator: Any) -> None:
+        """The training loop started iterating ``loader`` (a DataLoader): its settings back the
+        advice, and its worker processes are the ones whose CPU use counts."""
+        self._loader = weakref.ref(loader)
+        workers = getattr(iterator, "_workers", None) or ()
+        self._worker_pids = frozenset(pid for w in workers if isinstance(pid := getattr(w, "pid", None), int))
+
+    def _advise(self, kind: str) -> list[str]:
+        loader = self._loader() if self._loader is not None else None
+        return loader_advisor(loader, on_cuda_of(self.listener))(kind) if loader is not None else []
 
     def _on_nested_step_start(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._step_depth += 1
@@ -199,14 +223,16 @@ class Attachment:
         fetched = self._fetched
         if fetched:
             etl, started = self._etl, None
-            other = activity - self._boundary if activity is not None and activity > self._boundary else 0.0
+            other = activity - self._boundary - self._idle_etl if activity is not None else 0.0
+            if other < 0.0:
+                other = 0.0
             samples, batches = self._loader_samples, fetched
-            self._etl, self._fetched, self._loader_samples = 0.0, 0, 0
+            self._etl, self._idle_etl, self._fetched, self._loader_samples = 0.0, 0.0, 0, 0
         else:  # no loader seen: the gap before the first forward is the data wait
             etl, other = self._etl, 0.0  # an epoch's start (iter(loader)) may have been timed
             started = self._first_forward if self._first_forward is not None else activity
             samples, batches = (self._samples, self._micro) if self._micro else (None, 1)
-            self._etl = 0.0
+            self._etl = self._idle_etl = 0.0
         steps = self._steps
         # reset for the next iteration (what the common path changed, without a method call)
         self._open = False
@@ -215,7 +241,20 @@ class Attachment:
         if self._inputs:
             self._inputs = []
         self._boundary = now
+        peers = self._peers
+        if peers:  # other listened models' loops: this step is their loop's training work too
+            self._tell_peers(activity if activity is not None else now)
         self._record(now, samples, batches, etl, started, other, steps, skipped)
+
+    def _tell_peers(self, began: float) -> None:
+        """Another listened model trained from ``began`` to now (a GAN's discriminator, a second
+        model in the same loop): for the models that had not started their next iteration, that is
+        where it starts, so their other host time does not hold this model's step."""
+        for ref in self._peers:
+            peer = ref()
+            if peer is None or peer._detached or peer._activity is not None or peer.thread != self.thread:
+                continue
+            peer._activity = began if began > peer._boundary else peer._boundary
 
     # set-up -----------------------------------------------------------------
     def _begin(self, at: float | None = None) -> None:
@@ -264,6 +303,7 @@ class Attachment:
             handle.remove()
         self._hooks = []
         loop_hooks.unregister(self)
+        _unlink_peers(self)
         self._last_owned = None
         self._owned.clear()
         attachments = attachments_of(self.model)
@@ -273,6 +313,45 @@ class Attachment:
     @property
     def detached(self) -> bool:
         return self._detached
+
+
+_all: list[weakref.ref[Attachment]] = []
+
+
+def _link_peers(attachment: Attachment) -> None:
+    """Tell every live attachment on another model about ``attachment``, and the other way round."""
+    _all[:] = [ref for ref in _all if (a := ref()) is not None and not a._detached]
+    for ref in _all:
+        other = ref()
+        if other is not None and other.model is not attachment.model:
+            other._peers.append(weakref.ref(attachment))
+            attachment._peers.append(ref)
+    _all.append(weakref.ref(attachment))
+
+
+def _unlink_peers(attachment: Attachment) -> None:
+    for ref in _all:
+        other = ref()
+        if other is not None:
+            other._peers = [p for p in other._peers if p() is not attachment]
+    _all[:] = [ref for ref in _all if ref() not in (None, attachment)]
+    attachment._peers = []
+
+
+def _pair_size(batch: Any) -> int | None:
+    """The rows of a tensor, or of an ``(inputs, targets)`` pair of tensors whose rows agree;
+    ``None`` for anything else (then :func:`batch_size` decides)."""
+    kind = type(batch)
+    if kind is Tensor:
+        shape = batch.shape
+        return shape[0] if shape else None
+    if (kind is tuple or kind is list) and len(batch) == 2:
+        a, b = batch
+        if type(a) is Tensor and type(b) is Tensor:
+            sa, sb = a.shape, b.shape
+            if sa and sb and sa[0] == sb[0]:
+                return sa[0]  # type: ignore[no-any-return]
+    return None
 
 
 class _WeakStepHook:

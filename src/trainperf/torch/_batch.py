@@ -32,22 +32,61 @@ def _map(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
 
 
 def batch_size(obj: Any, _depth: int = 0) -> int | None:
-    """Leading dimension of the first tensor found in ``obj`` (tuples, lists, dicts, nested).
+    """How many samples a batch holds; ``None`` when that cannot be known.
 
-    Returns ``None`` when there is no tensor with at least one dimension.
+    * a tensor: its first dimension (``None`` for a 0-d tensor);
+    * a mapping (``{"input_ids": ..., "labels": ...}``): the size its values agree on;
+    * a tuple or list of tensors: their common first dimension when they are the fields of one
+      batch (``(inputs, targets)``: first dimensions agree), or its length when they are the
+      samples themselves (four or more of one rank whose sizes vary: a collate that returns a list
+      of variable-length sequences or images); two or three tensors whose first dimensions
+      disagree, or four or more of one shape, could be either, and give ``None``;
+    * a tuple or list of mappings, strings or numbers: its length (one per sample);
+    * a tuple or list of sequences (a detection-style ``tuple(zip(*batch))``): the size its parts
+      agree on, each part read as above.
     """
     if isinstance(obj, torch.Tensor):
         return int(obj.shape[0]) if obj.dim() > 0 else None
     if _depth > 6:
         return None
-    if isinstance(obj, (tuple, list)):
-        for item in obj:
-            found = batch_size(item, _depth + 1)
-            if found is not None:
-                return found
-    elif isinstance(obj, Mapping):
-        for item in obj.values():
-            found = batch_size(item, _depth + 1)
-            if found is not None:
-                return found
-    return None
+    if isinstance(obj, Mapping):
+        return _agreed([batch_size(v, _depth + 1) for v in obj.values()])
+    if not isinstance(obj, (tuple, list)) or not obj:
+        return None
+    if len(obj) == 1:  # one item: a batch wrapped once (a forward's arguments, say), not one sample
+        return batch_size(obj[0], _depth + 1)
+    if all(isinstance(item, torch.Tensor) for item in obj):
+        shapes = [tuple(item.shape) for item in obj]
+        if any(not shape for shape in shapes):  # 0-d tensors: one number per sample
+            return len(obj) if all(not shape for shape in shapes) else None
+        firsts = {shape[0] for shape in shapes}
+        if len(firsts) > 1:  # variable-length samples, or fields that disagree
+            return len(obj) if len(obj) >= 4 else None
+        if len(obj) <= 3:
+            return int(shapes[0][0])
+        if len(set(shapes)) == 1:
+            return None  # many tensors of one shape: fields of one batch, or equal-length samples
+        if len({len(shape) for shape in shapes}) == 1:
+            return len(obj)  # many samples of one rank and varying sizes (images, sequences)
+        return int(shapes[0][0])
+    if all(isinstance(item, (Mapping, str, bytes, int, float)) for item in obj):
+        return len(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple is fields
+        return _agreed([batch_size(item, _depth + 1) for item in obj])
+    if all(isinstance(item, (tuple, list)) for item in obj):
+        return _agreed([_samples_of(item, _depth + 1) for item in obj])
+    return _agreed([batch_size(item, _depth + 1) for item in obj])
+
+
+def _samples_of(part: Any, depth: int) -> int | None:
+    """The samples in one part of a transposed batch: its length when it holds one item per sample
+    (images of any shape, per-sample dicts), else what :func:`batch_size` finds in it."""
+    if isinstance(part, (tuple, list)) and part and all(isinstance(item, (Mapping, str, bytes, int, float)) for item in part):
+        return len(part)
+    return batch_size(part, depth)
+
+
+def _agreed(sizes: list[int | None]) -> int | None:
+    """The size every known one agrees on; ``None`` when none is known or two disagree."""
+    known = {size for size in sizes if size is not None}
+    return known.pop() if len(known) == 1 else None

@@ -8,7 +8,7 @@ from typing import Any, Generic, TypeVar
 
 from .._listener import PerformanceListener
 from . import _loop_hooks as loop_hooks
-from ._advice import loader_advisor
+from ._advice import loader_advisor, on_cuda_of
 from ._attach import Attachment
 from ._tap import attachments_of, is_listened
 
@@ -47,7 +47,7 @@ class TimedLoader(Generic[T]):
         self.targets = targets
         listeners, attachments = _resolve(targets)
         for listener in [*listeners, *(a.listener for a in attachments)]:
-            listener.add_advisor(loader_advisor(iterable))
+            listener.add_advisor(loader_advisor(iterable, on_cuda_of(listener)))
 
     def __len__(self) -> int:
         return len(self.iterable)  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ class LoopObserver(Protocol):
 
     def on_fetch(self, started: float, ended: float, batch: Any) -> None: ...
 
-
+    def on_loader(self, loader: Any, iterator: Any) -> None: ...
     def on_scaler_update(self) -> None: ...
 
     clock: Callable[[], float]
@@ -124,6 +124,8 @@ def _timed_iter(self: Any) -> Any:
     starts = [observer.clock() for observer in observers]
     iterator = _originals["iter"](self)
     _tell(observers, starts, None)
+    for observer in observers:
+        observer.on_loader(self, iterator)
     return iterator
 
 
