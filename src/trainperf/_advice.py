@@ -21,6 +21,12 @@ DEFAULT_FIXES: dict[str, tuple[str, ...]] = {
         "fuse the step's small kernels with torch.compile(model) (mode='reduce-overhead' also uses CUDA graphs)",
         "capture the whole step in a CUDA graph (torch.cuda.graphs) so the host launches it once",
     ),
+    "cpu-contention": (
+        "use fewer loader workers: the step's own threads need cores too (num_workers <= cores - torch threads)",
+        "give the step fewer threads, torch.set_num_threads(cores - num_workers), so workers and step do not "
+        "share cores",
+        "pre-save decoded/augmented batches with trainperf.data.presave(): less CPU per batch for the workers",
+    ),
     "gc-bound": (
         "call gc.freeze() after building the model and data so long-lived objects leave the young generations",
         "raise the generation-0 threshold, e.g. gc.set_threshold(50_000, 50, 100)",

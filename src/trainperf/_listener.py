@@ -24,7 +24,15 @@ from ._record import GCStat, PerformanceRecord, Verdict, build_record
 from ._run_dir import open_run_dir, write_timeline
 from ._summary import RunSummary, build_summary
 from ._timeline import DeviceTimeline, DeviceWindow, speedup
-from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds, judge, judge_device
+from ._verdict import (
+    GC_BOUND_SHARE,
+    INPUT_BOUND_SHARE,
+    LOOP_BOUND_SHARE,
+    CpuLoad,
+    Thresholds,
+    judge,
+    judge_device,
+)
 from ._window import WindowEntry, WindowFigures, percentile, window_figures
 from .sinks._base import FanOut, Sink, SinkError
 from .sinks._logging import LoggingSink
@@ -54,7 +62,21 @@ class _RunTotals:
 
 
 class BottleneckWarning(UserWarning):
-    """Issued once per run, the first time a window's verdict turns bad."""
+    """Issued once per run and bottleneck, when it persists: judged so in at least
+    :data:`PERSIST_WINDOWS` windows after the warm-up, and in at least :data:`PERSIST_SHARE` of them."""
+
+
+#: A bottleneck is warned about once it was the verdict of this many windows after the warm-up...
+PERSIST_WINDOWS = 3
+#: ...and of at least this share of those windows: a one-off slow window never warns.
+PERSIST_SHARE = 0.3
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 _TIMELINE_METHODS = ("start", "begin", "end", "ready", "take", "wait", "stage")
@@ -311,6 +333,8 @@ class PerformanceListener:
         self._times: dict[str, float] = {}
         self._deferred: list[str] = []
         self._bad_verdicts: list[Verdict] = []
+        self._previous_verdict: str | None = None
+        self._cores = _usable_cores()
         self._closed = False
         self._explicit_etl = False
         self._pending_etl = 0.0
@@ -672,7 +696,6 @@ class PerformanceListener:
         """Close the window that ``last`` ends. Its record is built now, or, with a device timeline,
         once the device has done the window's work; returns the newest record built by this call."""
         began = self._raw_clock()
-        now = last[0]
         window_start = self._window_start
         window = self._window
         window.append(last)
@@ -770,7 +793,10 @@ class PerformanceListener:
         durations: tuple[float, ...] | list[float] = figures.durations
         if device is None:
             data_free_s, gc_free_s, base_s = etl_s, gc_s, window_s
-            verdict = judge(window_s, etl_s, gc_s, figures.other_s, self.thresholds) if self.verdict else None
+            verdict = judge(
+                window_s, etl_s, gc_s, figures.other_s, self.thresholds, iterations=n,
+                previous=self._previous_verdict, cpu=self._cpu_load(hardware),
+            ) if self.verdict else None
         else:
             durations = sorted(device.durations)
             base_s = device.window_s
@@ -826,11 +852,27 @@ class PerformanceListener:
         self._accumulate(record, figures, gc_s, data_free_s, gc_free_s, device)
         if figures.samples is None and self.report_sample:
             self._warn_once("could not find the batch size; samples/sec is left out for this run")
-        if verdict is not None and verdict.kind != "fine" and not record.warmup:
-            self._bad_verdicts.append(verdict)
+        if verdict is not None:
+            self._previous_verdict = verdict.kind
+            if verdict.kind != "fine" and not record.warmup and self._persists(verdict.kind):
+                self._bad_verdicts.append(verdict)
         self.history(record)
         self._fanout(record)  # every sink gets the record before a SinkError can leave
         return record
+
+    def _cpu_load(self, hardware: dict[str, float | None]) -> CpuLoad | None:
+        """The window's CPU use, when the host probe read it and the loader has workers."""
+        process, worker = hardware.get("cpu_pct"), hardware.get("workers_cpu_pct")
+        if process is None or worker is None:
+            return None
+        workers = len(self._loader_workers()) or 1
+        return CpuLoad(process, worker * workers, self._cores)
+
+    def _persists(self, kind: str) -> bool:
+        """Whether ``kind`` was the verdict of enough windows after the warm-up to warn about."""
+        counts = self._totals.verdict_counts
+        seen = counts.get(kind, 0)
+        return seen >= PERSIST_WINDOWS and seen >= PERSIST_SHARE * sum(counts.values())
 
     def _say_deferred(self) -> None:
         """Issue the warnings of the records just built, once they have reached every sink."""

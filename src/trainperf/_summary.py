@@ -6,7 +6,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ._timeline import speedup
-from ._verdict import DEFAULT_THRESHOLDS, Thresholds
+from ._verdict import DEFAULT_THRESHOLDS, MATERIAL_MS, Thresholds
+
+#: A verdict of this many windows, and of this share of the judged ones, makes a bottleneck of the run.
+PERSIST_WINDOWS = 3
+PERSIST_SHARE = 0.3
 
 __all__ = ["RunSummary", "build_summary"]
 
@@ -186,8 +190,10 @@ def build_summary(
 ) -> RunSummary:
     """Assemble a :class:`RunSummary`.
 
-    A bottleneck is listed when its share of the whole run crosses half its verdict threshold, or
-    when any window was judged so; the largest share first, each with its fixes. On CUDA
+    A bottleneck of the run is listed when its share of the whole run crosses half its verdict
+    threshold and it costs at least :data:`~trainperf._verdict.MATERIAL_MS` per iteration, or when it
+    persisted: the verdict of at least ``PERSIST_WINDOWS`` windows and ``PERSIST_SHARE`` of them (one
+    bad window is no bottleneck of the run). The largest share first, each with its fixes. On CUDA
     (``device_wall_s`` given) the input- and GC-bound shares are the device's idle time for them.
     ``data_free_s`` and ``gc_free_s`` default to ``etl_s`` and ``gc_s``.
     """
@@ -196,18 +202,22 @@ def build_summary(
     base_s = wall_s if device_wall_s is None else device_wall_s
     compute_s = max(0.0, wall_s - etl_s - gc_s - other_s)
     bottlenecks: list[Bottleneck] = []
+    judged = sum(verdict_counts.values())
+    material_s = MATERIAL_MS / 1000.0 * max(1, iterations)
     if wall_s > 0:
         for kind, seconds, threshold, over in (
             ("input-bound", data_free, thresholds.input_bound, base_s),
             ("gc-bound", gc_free, thresholds.gc_bound, base_s),
             ("loop-bound", other_s, thresholds.loop_bound, wall_s),
+            ("cpu-contention", 0.0, 100.0, wall_s),
             ("host-bound", 0.0, 100.0, wall_s),
         ):
             share = 100.0 * seconds / over if over > 0 else 0.0
-            if kind == "host-bound" and verdict_counts.get(kind):  # no time of its own: its windows' share
-                share = 100.0 * verdict_counts[kind] / sum(verdict_counts.values())
             windows = verdict_counts.get(kind, 0)
-            if share >= threshold / 2 or windows:
+            if kind in ("host-bound", "cpu-contention") and windows:  # no time of its own: its windows' share
+                share = 100.0 * windows / judged
+            persisted = windows >= PERSIST_WINDOWS and windows >= PERSIST_SHARE * judged
+            if (share >= threshold / 2 and seconds >= material_s) or persisted:
                 bottlenecks.append(Bottleneck(kind, share, windows, tuple(fixes(kind)[:FIXES_PER_BOTTLENECK])))
     bottlenecks.sort(key=lambda b: -b.share)
     recommendations: list[str] = []

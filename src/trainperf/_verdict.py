@@ -21,6 +21,40 @@ LOOP_BOUND_SHARE = 20.0
 #: A GPU busy less than this share of the time (NVML's utilisation), while it neither waits for data
 #: nor for the loop between steps, is starved by the host's launches: ``host-bound``.
 HOST_BOUND_UTILIZATION = 50.0
+#: A bottleneck must also be worth fixing: at least this many milliseconds per iteration. A few
+#: microseconds of "data wait" in a loop with no data at all are no input pipeline to fix.
+MATERIAL_MS = 0.5
+#: A window judged bad stays so while its share is above this fraction of the threshold, so a
+#: share that wanders around the line does not flip the verdict every window.
+HYSTERESIS = 0.8
+#: The training process and its loader workers together using at least this share of the cores
+#: they may run on, the workers at least ``CONTENTION_WORKERS_PCT`` of one core: they compete for CPU.
+CONTENTION_LOAD_PCT = 90.0
+CONTENTION_WORKERS_PCT = 50.0
+
+
+@dataclass(frozen=True)
+class CpuLoad:
+    """What the CPU did in a window: the training process's and its loader workers' use, in percent
+    of one core (200 = two cores busy), and the cores the process may run on."""
+
+    process_pct: float
+    workers_pct: float
+    cores: int
+
+    @property
+    def load_pct(self) -> float:
+        """Both together, in percent of all the cores."""
+        return (self.process_pct + self.workers_pct) / max(1, self.cores)
+
+    @property
+    def contended(self) -> bool:
+        return self.load_pct >= CONTENTION_LOAD_PCT and self.workers_pct >= CONTENTION_WORKERS_PCT
+
+    def reason(self) -> str:
+        return (f"the training process ({self.process_pct:.0f}%) and its loader workers ({self.workers_pct:.0f}%) "
+                f"use {self.load_pct:.0f}% of the {self.cores} cores they may run on: the step and the loader "
+                "compete for CPU")
 
 @dataclass(frozen=True)
 class Thresholds:
@@ -35,28 +69,53 @@ DEFAULT_THRESHOLDS = Thresholds()
 
 
 def judge(
-    window_s: float, etl_s: float, gc_s: float, other_s: float = 0.0, thresholds: Thresholds = DEFAULT_THRESHOLDS
+    window_s: float,
+    etl_s: float,
+    gc_s: float,
+    other_s: float = 0.0,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    *,
+    iterations: int = 1,
+    previous: str | None = None,
+    cpu: CpuLoad | None = None,
 ) -> Verdict:
     """Verdict for one window from its wall time and the data-wait, GC-pause and other host seconds in it
     (each without the others: GC pauses between steps are not in ``other_s``).
 
-    The largest share that crosses its threshold names the verdict.
+    A share makes the window bad when it reaches its threshold and is worth fixing (at least
+    :data:`MATERIAL_MS` per iteration); the largest such share names the verdict. The previous
+    window's bad verdict holds down to :data:`HYSTERESIS` times its threshold. When the process and
+    its loader workers use about every core (``cpu``), the window is ``cpu-contention`` rather than
+    input-bound or fine: more workers would only make that worse.
+
+    Args:
+        window_s: the window's wall time.
+        etl_s: its data wait.
+        gc_s: its GC pauses.
+        other_s: its other host time.
+        thresholds: the shares from which a window is bad.
+        iterations: iterations in the window (for the per-iteration amount).
+        previous: the previous window's verdict kind.
+        cpu: the CPU use of the window, when known.
     """
     if window_s <= 0.0:
         return Verdict("fine", 0.0, "no time elapsed")
     etl_share = min(100.0, 100.0 * etl_s / window_s)
     gc_share = min(100.0, 100.0 * gc_s / window_s)
     other_share = min(100.0, 100.0 * other_s / window_s)
+    material_s = MATERIAL_MS / 1000.0 * max(1, iterations)
     bound = [
         (share, kind, reason)
-        for share, threshold, kind, reason in (
-            (etl_share, thresholds.input_bound, "input-bound", "of step waiting for data"),
-            (gc_share, thresholds.gc_bound, "gc-bound", "of step in garbage collection"),
-            (other_share, thresholds.loop_bound, "loop-bound",
+        for share, seconds, threshold, kind, reason in (
+            (etl_share, etl_s, thresholds.input_bound, "input-bound", "of step waiting for data"),
+            (gc_share, gc_s, thresholds.gc_bound, "gc-bound", "of step in garbage collection"),
+            (other_share, other_s, thresholds.loop_bound, "loop-bound",
              "of step in the loop's own host work, outside the loader and the step"),
         )
-        if share >= threshold
+        if share >= (threshold * HYSTERESIS if kind == previous else threshold) and seconds >= material_s
     ]
+    if cpu is not None and cpu.contended and not any(kind != "input-bound" for _, kind, _ in bound):
+        return Verdict("cpu-contention", round(min(100.0, cpu.load_pct), 1), cpu.reason())
     if bound:
         share, kind, reason = max(bound, key=lambda b: b[0])
         gain = speedup(window_s, {"input-bound": etl_s, "gc-bound": gc_s}.get(kind, 0.0))

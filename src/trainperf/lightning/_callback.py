@@ -8,21 +8,25 @@ Data wait: Lightning has no hook around fetching a batch. During an epoch the ca
 training data fetcher's own ``next()`` on the dataloader iterator (through the profiler callables
 that the training epoch loop hands to the fetcher), the same span Lightning's
 profiler reports as ``train_dataloader_next`` (with its default one-batch prefetch, that fetch
-returns the batch after the one about to run). For the first batch of each epoch, whose fetch
-happens while the epoch's iterator is created, and where the fetcher cannot be timed, the data
-wait is the gap between the end of the previous step (or the epoch's start) and
-``on_train_batch_start``, which also covers moving the batch to the device.
+returns the batch after the one about to run). A ``DataLoader``'s ``iter()`` (which starts its
+workers every epoch unless they persist) and any fetch outside that span (the prefetch made while
+an epoch's iterator is created) are timed through the same loader hooks the plain-loop adapter uses.
+
+Other host time: the rest of the time between the end of one step and ``on_train_batch_start`` of
+the next: the loop's own hooks, ``on_train_epoch_end`` and anything else done at an epoch's edge.
 """
 
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._listener import PerformanceListener
 from .._timeline import DeviceTimeline
 from ..sinks import LoggerSink, Sink
+from ..torch import _loop_hooks as loop_hooks
 from ..torch.shared import batch_size, join_cluster, loader_advisor, on_cuda_of, use_model_device
 from ._compat import callback_base
 
@@ -54,7 +58,7 @@ class _TimedFetch:
         if self.starts:
             owner._fetch_started = owner._clock()
         elif owner._fetch_started is not None:
-            owner.listener.add_etl(owner._clock() - owner._fetch_started)
+            owner._gap_etl += owner._clock() - owner._fetch_started
             owner._fetch_started = None
         self.inner()
 
@@ -111,7 +115,15 @@ class PerformanceCallback(_CallbackBase):
         self._per_batch = False
         self._samples_of: Callable[[Any], int | None] = batch_size
         self._paused_at: float | None = None
-        self._fetch_started: float | None = None
+        self._fetch_started: float | None = None  # inside the fetcher's timed next()
+        self._boundary = 0.0  # the end of the previous step
+        self._gap_etl = 0.0  # data wait since then, not yet given to an iteration
+        self._etl = 0.0
+        self._other = 0.0
+        self._observing = False
+        self._worker_pids: frozenset[int] = frozenset()
+        self.thread = threading.get_ident()  # the loader hooks count fetches on this thread only
+        self.clock: Callable[[], float] = self._clock
         self._epoch_loop: Any = None
         self._logger_sink: Sink | None = None
         self._trainer: Any = None
@@ -149,7 +161,16 @@ class PerformanceCallback(_CallbackBase):
         self._wrap_fetch(trainer)
         on_cuda = on_cuda_of(listener)
         listener.add_advisor(lambda kind: loader_advisor(getattr(trainer, "train_dataloader", None), on_cuda)(kind))
+        listener.set_loader_workers(lambda: self._worker_pids)
+        listener.set_etl_source("loader")
+        self.thread = threading.get_ident()
+        self.clock = self._clock
+        if not self._observing:
+            loop_hooks.register(self)
+            self._observing = True
         listener.start()
+        self._boundary = self._clock()
+        self._gap_etl = 0.0
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self.listener.set_epoch(trainer.current_epoch)
@@ -157,14 +178,19 @@ class PerformanceCallback(_CallbackBase):
     # -- hot path -------------------------------------------------------------------------
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         n = self._samples_of(batch)
-        if self._open:
+        if self._open:  # a later micro-batch: its fetch is this iteration's data wait
             self._micro += 1
             self._samples = None if n is None or self._samples is None else self._samples + n
+            self._etl += self._gap_etl
+            self._gap_etl = 0.0
             return
         self._open = True
         self._samples = n
         self._micro = 1
-        self._started = self._clock()
+        self._started = now = self._clock()
+        self._etl = etl = self._gap_etl
+        self._gap_etl = 0.0
+        self._other = max(0.0, now - self._boundary - etl)
         if self._timeline is not None:  # the device's side of the iteration starts here
             self._timeline.begin()
 
@@ -178,7 +204,20 @@ class PerformanceCallback(_CallbackBase):
         score = None
         if self.listener.report_score:
             score = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        self.listener.record_iteration(self._samples, self._micro, 0.0, score, self._started, 0.0, steps)
+        self.listener.record_iteration(self._samples, self._micro, self._etl, score, None, self._other, steps)
+        self._boundary = self._clock()  # trainperf's own time since is not on this clock
+
+    # -- the loader hooks (DataLoader.iter() and fetches outside the fetcher's timed next()) --
+    def on_fetch(self, started: float, ended: float, batch: Any) -> None:
+        if self._fetch_started is None:  # else the fetcher's own span times it
+            self._gap_etl += ended - started
+
+    def on_loader(self, loader: Any, iterator: Any) -> None:
+        workers = getattr(iterator, "_workers", None) or ()
+        self._worker_pids = frozenset(pid for w in workers if isinstance(pid := getattr(w, "pid", None), int))
+
+    def on_scaler_update(self) -> None:
+        return None
 
     # -- time that is not training --------------------------------------------------------
     def _pause(self) -> None:
@@ -246,6 +285,9 @@ class PerformanceCallback(_CallbackBase):
         if stage != "fit":
             return
         self._unwrap(trainer)
+        if self._observing:
+            loop_hooks.unregister(self)
+            self._observing = False
         self.listener.close()
 
     def summary(self) -> Any:

@@ -36,9 +36,9 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from .._listener import PerformanceListener
 from .._timeline import DeviceTimeline
 from . import _loop_hooks as loop_hooks
+from ._advice import loader_advisor, on_cuda_of
 from ._batch import batch_size
 from ._tap import attachments_of, tap_of, untap
-from ._advice import loader_advisor, on_cuda_of
 from .shared import join_cluster, process_rank, use_model_device
 
 __all__ = ["Attachment", "attach", "detach"]
@@ -350,7 +350,7 @@ def _pair_size(batch: Any) -> int | None:
         if type(a) is Tensor and type(b) is Tensor:
             sa, sb = a.shape, b.shape
             if sa and sb and sa[0] == sb[0]:
-                return sa[0]  # type: ignore[no-any-return]
+                return int(sa[0])
     return None
 
 

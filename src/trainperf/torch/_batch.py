@@ -81,7 +81,8 @@ def batch_size(obj: Any, _depth: int = 0) -> int | None:
 def _samples_of(part: Any, depth: int) -> int | None:
     """The samples in one part of a transposed batch: its length when it holds one item per sample
     (images of any shape, per-sample dicts), else what :func:`batch_size` finds in it."""
-    if isinstance(part, (tuple, list)) and part and all(isinstance(item, (Mapping, str, bytes, int, float)) for item in part):
+    per_sample = (Mapping, str, bytes, int, float)
+    if isinstance(part, (tuple, list)) and part and all(isinstance(item, per_sample) for item in part):
         return len(part)
     return batch_size(part, depth)
 
