@@ -350,7 +350,7 @@ def test_bottleneck_warning_from_an_attached_model_points_at_the_users_line(cloc
     attach(model, lst)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.warns(BottleneckWarning) as caught:
-        for _ in range(10)  # three bad windows after the warm-up: a bottleneck that persists:
+        for _ in range(10):  # three bad windows after the warm-up: a bottleneck that persists
             clock.advance(0.05)
             model(torch.ones(1, 2)).sum().backward()
             opt.step()  # the step closes the iteration that reports and warns
