@@ -21,18 +21,27 @@ def loader_advisor(loader: Any, on_cuda: Callable[[], bool]) -> Callable[[str], 
             advised only there.
     """
 
+    settings = loader_settings(loader)
+
     def advise(kind: str) -> list[str]:
-        if kind != "input-bound" or not isinstance(loader, torch.utils.data.DataLoader):
+        if kind != "input-bound" or settings is None:
             return []
-        return dataloader_tips(
-            num_workers=loader.num_workers,
-            persistent_workers=loader.persistent_workers,
-            prefetch_factor=loader.prefetch_factor,
-            pin_memory=loader.pin_memory,
-            cuda=on_cuda(),
-        )
+        return dataloader_tips(**settings, cuda=on_cuda())
 
     return advise
+
+
+def loader_settings(loader: Any) -> dict[str, Any] | None:
+    """The settings of a DataLoader that the advice reads (``None`` for anything else), copied: the
+    advice outlives the loader (a summary printed after training)."""
+    if not isinstance(loader, torch.utils.data.DataLoader):
+        return None
+    return {
+        "num_workers": loader.num_workers,
+        "persistent_workers": loader.persistent_workers,
+        "prefetch_factor": loader.prefetch_factor,
+        "pin_memory": loader.pin_memory,
+    }
 
 
 def on_cuda_of(listener: Any) -> Callable[[], bool]:

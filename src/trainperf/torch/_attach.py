@@ -91,7 +91,7 @@ class Attachment:
         _link_peers(self)
         listener.on_close(self.detach)
         attachments_of(model, create=True).append(self)
-        self._loader: weakref.ref[Any] | None = None  # the training loader, once iter() was seen
+        self._advisor: Callable[[str], list[str]] | None = None  # for the training loader, once iter() was seen
         self._worker_pids: frozenset[int] = frozenset()
         listener.add_advisor(self._advise)
         listener.set_loader_workers(lambda: self._worker_pids)
@@ -183,13 +183,12 @@ class Attachment:
     def on_loader(self, loader: Any, iterator: Any) -> None:
         """The training loop started iterating ``loader`` (a DataLoader): its settings back the
         advice, and its worker processes are the ones whose CPU use counts."""
-        self._loader = weakref.ref(loader)
+        self._advisor = loader_advisor(loader, on_cuda_of(self.listener))
         workers = getattr(iterator, "_workers", None) or ()
         self._worker_pids = frozenset(pid for w in workers if isinstance(pid := getattr(w, "pid", None), int))
 
     def _advise(self, kind: str) -> list[str]:
-        loader = self._loader() if self._loader is not None else None
-        return loader_advisor(loader, on_cuda_of(self.listener))(kind) if loader is not None else []
+        return self._advisor(kind) if self._advisor is not None else []
 
     def _on_nested_step_start(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._step_depth += 1
