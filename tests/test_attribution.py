@@ -295,7 +295,7 @@ def test_a_detection_style_batch_counts_its_images():
     from trainperf.torch import batch_size
 
     batch = [(torch.ones(3, 20 + i, 30), {"boxes": torch.ones(i + 1, 4)}) for i in range(5)]
-    assert batch_size(tuple(zip(*batch))) == 5
+    assert batch_size(tuple(zip(*batch, strict=True))) == 5
     assert batch_size([torch.ones(3 + i) for i in range(32)]) == 32
     assert batch_size({"input_ids": torch.ones(4, 9), "labels": torch.ones(4, 9)}) == 4
     assert batch_size([torch.ones(128)] * 32) is None  # 32 samples or 32 fields: cannot be known

@@ -278,3 +278,29 @@ def test_callback_on_a_device_timeline_never_waits_while_fitting(tmp_path):
     assert [(r.first_iteration, r.iteration) for r in records] == [(1, 5), (6, 10), (11, 15), (16, 20)]
     assert all(r.device_idle_ms is not None and r.speedup_if_data_free is not None for r in records)
     assert all(r.iteration_ms >= 2.9 for r in records[1:])
+
+
+@pytest.mark.realtime
+def test_work_in_on_train_epoch_end_is_other_time_not_compute(tmp_path):
+    """Time spent in on_train_epoch_end (measured with a stopwatch in the hook) is other host time; the
+    shares add up to the iteration time in every window."""
+    spent: list[float] = []
+
+    class EpochEnd(pl.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            started = time.perf_counter()
+            time.sleep(0.15)
+            spent.append(time.perf_counter() - started)
+
+    callback = PerformanceCallback(4, sinks=[], history=None)
+    t = trainer(pl, callback, tmp_path, max_epochs=3)
+    t.callbacks.append(EpochEnd())
+    t.fit(module_class(pl.LightningModule)(), loader(n=8))
+    records = list(callback.history)
+    other_s = sum(r.other_ms * r.window_iterations for r in records) / 1000.0
+    # the two epoch ends that fall between steps (the last one is after the final step)
+    assert other_s >= 0.95 * sum(spent[:2])
+    assert other_s <= sum(spent[:2]) + 0.05 * len(records)
+    for r in records:
+        total = r.etl_ms + r.compute_ms + r.other_ms + (r.gc_total_ms or 0.0) / r.window_iterations
+        assert total == pytest.approx(r.iteration_ms, rel=1e-6)
