@@ -6,7 +6,8 @@ Two loops are timed, each bare and listened to, in alternating rounds (the media
 * ``hooks``: a forward pass of a module that returns its input and a no-op optimizer step, the
   cheapest loop torch can run, so what the listener adds is not hidden in the noise of real work. It is
   measured with frequency 10, 1, and one so large that no report happens (the pure
-  non-report cost), next to torch's own cost of dispatching one no-op forward pre-hook.
+  non-report cost), next to torch's own cost of dispatching one no-op forward pre-hook and next to
+  the floor: the same forward wrapper and a step hook that only read the clock and keep a tuple.
 
 Then memory: 1,000,000 listened iterations of the ``hooks`` loop, traced with tracemalloc, must
 not grow between the 100,000th and the 1,000,000th.
@@ -82,11 +83,43 @@ class Passthrough(torch.nn.Module):
         return x
 
 
+class _Floor:
+    """The least any listener of an unchanged loop must do: read the clock in the forward (through
+    the same instance-forward wrapper trainperf uses) and again in an optimizer step hook, keeping
+    one tuple per step."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        from trainperf.torch._tap import tap_of, untap
+
+        self.model, self.untap = model, untap
+        self.kept: list[tuple[float, float]] = []
+        self.started = 0.0
+        tap_of(model).callbacks.append(self.on_forward)
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self.handle = register_optimizer_step_post_hook(self.on_step)
+
+    def on_forward(self, args: object, kwargs: object) -> None:
+        self.started = time.perf_counter()
+
+    def on_step(self, optimizer: object, args: object, kwargs: object) -> None:
+        kept = self.kept
+        kept.append((self.started, time.perf_counter()))
+        if len(kept) > 10_000:
+            kept.clear()
+
+    def remove(self) -> None:
+        self.untap(self.model, self.on_forward)
+        self.handle.remove()
+
+
 def make_listened(model: torch.nn.Module, variant: str) -> tuple[PerformanceListener | None, object]:
     if variant == "bare":
         return None, None
     if variant == "torch-hook":
         return None, model.register_forward_pre_hook(lambda m, a: None)
+    if variant == "floor":
+        return None, _Floor(model)
     frequency = {"freq10": 10, "freq1": 1, "no-report": 10**12}[variant]
     listener = PerformanceListener(frequency, sinks=[], verdict=False)
     attach(model, listener)
@@ -108,7 +141,7 @@ def bench_hooks(n: int, rounds: int) -> dict[str, float]:
             handle.remove()  # type: ignore[attr-defined]
         return result
 
-    return paired(run, ["bare", "torch-hook", "no-report", "freq10", "freq1"], rounds)
+    return paired(run, ["bare", "torch-hook", "floor", "no-report", "freq10", "freq1"], rounds)
 
 
 def loader_loop(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: object, n: int) -> float:
@@ -204,6 +237,8 @@ def main() -> None:
         "hooks_bare_us": hooks["bare"] * us,
         "torch_forward_hook_dispatch_us": (hooks["torch-hook"] - hooks["bare"]) * us,
         "added_non_report_us": (hooks["no-report"] - hooks["bare"]) * us,
+        "floor_us": (hooks["floor"] - hooks["bare"]) * us,
+        "non_report_over_floor_us": (hooks["no-report"] - hooks["floor"]) * us,
         "added_freq10_us": (hooks["freq10"] - hooks["bare"]) * us,
         "added_freq1_us": (hooks["freq1"] - hooks["bare"]) * us,
         "loader_bare_us": fed["bare"] * us,
@@ -219,7 +254,9 @@ def main() -> None:
     print(f"machine: {result['machine']}")
     print(f"hooks loop, bare:                         {result['hooks_bare_us']:7.2f} us/iteration")
     print(f"  torch's dispatch of one forward hook:   +{result['torch_forward_hook_dispatch_us']:6.2f} us")
-    print(f"  listened, no report (non-report cost):  +{result['added_non_report_us']:6.2f} us")
+    print(f"  floor: two clock reads in the hooks:    +{result['floor_us']:6.2f} us")
+    print(f"  listened, no report (non-report cost):  +{result['added_non_report_us']:6.2f} us"
+          f"  ({result['non_report_over_floor_us']:+.2f} us over the floor)")
     print(f"  listened, frequency 10:                 +{result['added_freq10_us']:6.2f} us")
     print(f"  listened, frequency 1:                  +{result['added_freq1_us']:6.2f} us")
     print(f"hooks loop fed by a DataLoader, bare:     {result['loader_bare_us']:7.2f} us/iteration")
