@@ -415,11 +415,13 @@ def test_loader_workers_filling_the_cores_is_cpu_contention_with_its_fix():
     assert any("set_num_threads" in fix for fix in DEFAULT_FIXES["cpu-contention"])
 
 
-def test_the_listener_judges_contention_from_its_probe_and_its_loaders_workers(clock):
+def test_the_listener_judges_contention_from_its_probe_and_its_loaders_workers(clock, monkeypatch):
+    import trainperf._listener
+
+    monkeypatch.setattr(trainperf._listener, "_usable_cores", lambda: 2)
     lst = listener(clock, frequency=5, report_hardware=False)
     lst.add_probe(lambda: {"cpu_pct": 100.0, "workers_cpu_pct": 45.0})
     lst.set_loader_workers(lambda: {11, 12})
-    lst._cores = 2
     lst.start()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BottleneckWarning)
@@ -429,3 +431,222 @@ def test_the_listener_judges_contention_from_its_probe_and_its_loaders_workers(c
     lst.close()
     assert {r.verdict.kind for r in windows(lst)} == {"cpu-contention"}
     assert any("fewer loader workers" in fix for fix in lst.summary().recommendations)
+
+
+def test_contention_needs_a_starved_step_when_the_steps_threads_are_known():
+    """Two threads computing 90% of the window need 180% of a core: 100% is starved, 175% is not."""
+    starved = CpuLoad(process_pct=100.0, workers_pct=95.0, cores=2, step_threads=2, compute_pct=90.0)
+    fed = CpuLoad(process_pct=175.0, workers_pct=60.0, cores=2, step_threads=2, compute_pct=90.0)
+    assert starved.contended and "needed 180%" in starved.reason()
+    assert not fed.contended
+    assert judge(1.0, 0.01, 0.0, iterations=10, cpu=fed).kind == "fine"
+
+
+# -- trainperf's own time, beyond the common shapes ------------------------------------------------------
+def test_a_collection_set_off_by_a_report_is_trainperfs_time_not_the_users(clock):
+    holder = {}
+
+    def collecting_sink(record):
+        gc_pause(holder["lst"], clock, 0.03)  # the sink allocates and the collector runs
+
+    lst = holder["lst"] = listener(clock, frequency=5, report_gc=True, sinks=[collecting_sink])
+    lst.start()
+    for _ in range(20):
+        clock.advance(0.010)
+        lst.record_iteration(8)
+    lst.close()
+    for r in windows(lst):
+        assert (r.compute_ms, r.gc_total_ms, r.verdict.kind) == (pytest.approx(10.0), 0.0, "fine")
+        assert r.overhead_ms == pytest.approx(30.0)
+
+
+def test_a_collection_in_excluded_time_is_left_out_with_it(clock):
+    lst = listener(clock, frequency=5, report_gc=True)
+    lst.start()
+    for i in range(20):
+        clock.advance(0.010)
+        lst.record_iteration(8)
+        if i == 7:  # validation with a collection in it, left out
+            before = lst.clock()
+            clock.advance(0.06)
+            gc_pause(lst, clock, 0.04)
+            lst.exclude(lst.clock() - before)
+    lst.close()
+    for r in windows(lst):
+        assert_adds_up(r)
+        assert (r.compute_ms, r.gc_total_ms) == (pytest.approx(10.0), 0.0)
+        assert [s.count for s in r.gc] == [0, 0, 0]
+
+
+def test_a_collection_inside_a_loader_fetch_is_gc_not_data_wait_nor_compute(clock):
+    holder = {}
+
+    class Collecting(Data):
+        def __getitem__(self, i):
+            out = super().__getitem__(i)
+            gc_pause(holder["lst"], clock, 0.003)
+            return out
+
+    model = Net(clock)
+    lst = holder["lst"] = listener(clock, report_gc=True)
+    attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in torch.utils.data.DataLoader(Collecting(clock, 0.002, 40), batch_size=None):
+        step(model, opt, x, y)
+    lst.close()
+    for r in windows(lst):
+        assert_adds_up(r)
+        assert (r.etl_ms, r.compute_ms, r.gc_total_ms / r.window_iterations) == pytest.approx((2.0, 8.0, 3.0))
+
+
+def test_a_report_on_another_thread_does_not_move_this_threads_clock():
+    import threading
+    import time
+
+    def slow(record):
+        time.sleep(0.2)
+
+    other = PerformanceListener(1, sinks=[slow], history=None)
+    mine = PerformanceListener(1, sinks=[], history=None)
+    mine.start()
+    before = mine.clock()
+    worker = threading.Thread(target=lambda: other.record_iteration(1))
+    worker.start()
+    worker.join()
+    after = mine.clock()
+    assert after - before >= 0.19  # the other thread's report did not stop this thread's clock
+    other.close()
+    mine.close()
+
+
+def test_logging_after_two_models_steps_is_other_time_for_both(clock):
+    gen, disc = Net(clock, 0.006), Net(clock, 0.004)
+    lst_gen, lst_disc = listener(clock), listener(clock)
+    attach(gen, lst_gen)
+    attach(disc, lst_disc)
+    opt_gen = torch.optim.SGD(gen.parameters(), lr=0.1)
+    opt_disc = torch.optim.SGD(disc.parameters(), lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BottleneckWarning)
+        for x, y in loader(clock, n=50):
+            step(disc, opt_disc, x, y)
+            step(gen, opt_gen, x, y)
+            clock.advance(0.020)  # logging after both steps
+    lst_gen.close()
+    lst_disc.close()
+    for lst in (lst_gen, lst_disc):
+        for r in windows(lst):
+            assert_adds_up(r)
+            assert (r.etl_ms, r.compute_ms, r.other_ms) == pytest.approx((2.0, 10.0, 20.0))
+            assert r.verdict.kind == "loop-bound"
+
+
+def test_started_read_before_another_listeners_report_keeps_its_data_wait(clock):
+    a = listener(clock, frequency=2, sinks=[slow_sink(clock, 0.05)])
+    b = listener(clock, frequency=3)
+    a.start()
+    b.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BottleneckWarning)
+        for _ in range(24):
+            clock.advance(0.004)  # data
+            started = clock()  # the raw clock, as record_iteration documents
+            clock.advance(0.010)
+            a.record_iteration(8)  # a's report (every other step) runs between b's start and b's record
+            b.record_iteration(8, started=started)
+    a.close()
+    b.close()
+    for r in windows(b):
+        assert (r.etl_ms, r.compute_ms) == pytest.approx((4.0, 10.0))
+
+
+def test_timed_gives_each_listener_its_own_clock(clock):
+    model = Net(clock)
+    a, b = listener(clock), listener(clock)
+    attach(model, a)
+    attach(model, b)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BottleneckWarning)
+        for i, (x, y) in enumerate(timed(loader(clock, n=60), model)):
+            step(model, opt, x, y)
+            if i == 13:  # one second left out of a only: b keeps it as other time
+                before = a.clock()
+                clock.advance(1.0)
+                a.exclude(a.clock() - before)
+    a.close()
+    b.close()
+    assert [(r.etl_ms, r.compute_ms, r.other_ms) for r in windows(a)] == [pytest.approx((2.0, 8.0, 0.0))] * 5
+    first, *rest = windows(b)
+    assert (first.etl_ms, first.compute_ms, first.other_ms) == pytest.approx((2.0, 8.0, 100.0))
+    assert all((r.etl_ms, r.compute_ms, r.other_ms) == pytest.approx((2.0, 8.0, 0.0)) for r in rest)
+
+
+def test_closed_listeners_leave_no_ledger_and_any_callable_is_a_clock():
+    from dataclasses import dataclass
+
+    from trainperf._own_time import ledgers_in_use
+
+    @dataclass
+    class Clock:  # eq=True makes it unhashable
+        now: float = 0.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    before = ledgers_in_use()
+    listeners = [PerformanceListener(1, sinks=[], clock=Clock()) for _ in range(50)]
+    assert ledgers_in_use() == before + 50
+    for lst in listeners:
+        lst.close()
+    assert ledgers_in_use() == before
+
+
+def test_own_time_on_a_device_removes_only_the_devices_idle_gap(clock):
+    """A 50 ms sink while the device works off 10 ms: the device's iterations stay about 11 ms."""
+    from fake_device import FakeDevice, FakeTimeline
+
+    def run(sink_s):
+        c = type(clock)()
+        device = FakeDevice(c, max_ahead_s=1.0)
+        timeline = FakeTimeline(device)
+        lst = PerformanceListener(5, sinks=[slow_sink(c, sink_s)] if sink_s else [], clock=c, history=None,
+                                  report_hardware=False)
+        lst.set_timeline(timeline)
+        lst.start()
+        for _ in range(40):
+            c.advance(0.001)
+            timeline.begin()
+            device.launch(0.010)
+            lst.record_iteration(samples=8, etl=0.001)
+            device.synchronize()
+        lst.close()
+        return [r.iteration_ms for r in windows(lst)]
+
+    assert run(0.0) == pytest.approx([11.0] * 7)
+    assert all(10.0 <= ms <= 11.0 for ms in run(0.05))
+
+
+def test_more_batch_shapes():
+    from trainperf.torch import batch_size
+
+    seq2seq = (torch.ones(32, 128), torch.ones(32, 128), torch.ones(32, 40), torch.ones(32, 40))
+    assert batch_size(seq2seq) == 32
+    assert batch_size([torch.ones(3, 20, 30), torch.ones(3, 24, 18)]) == 2
+    assert batch_size([torch.ones(1, 28, 28 + i) for i in range(5)]) == 5
+
+
+@pytest.mark.realtime
+def test_the_loaders_workers_are_the_ones_that_count():
+    seen = []
+    model = torch.nn.Linear(4, 2)
+    lst = PerformanceListener(1000, sinks=[], history=None, report_hardware=False)
+    attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(8, 4)), batch_size=4, num_workers=1)
+    for (x,) in data:
+        seen.append(set(lst._loader_workers()))
+        model(x).sum().backward()
+        opt.step()
+    lst.close()
+    assert len(seen[0]) == 1 and seen[0] == seen[-1]

@@ -19,7 +19,7 @@ from ._check import check_bool, check_callable, check_int, check_seconds, check_
 from ._deferred import HostWindow, PendingWindows
 from ._gc import GCMonitor
 from ._hardware import Probe, process_probe, read_probes, worker_tips
-from ._own_time import Ledger, own_time_of, user_clock
+from ._own_time import Ledger, LedgerKey, UserClock, acquire, release
 from ._record import GCStat, PerformanceRecord, Verdict, build_record
 from ._run_dir import open_run_dir, write_timeline
 from ._summary import RunSummary, build_summary
@@ -126,6 +126,12 @@ _CLOSED = -2
 
 def _nothing() -> None:
     return None
+
+
+def _release_ledger(key: list[LedgerKey | None]) -> None:
+    if key[0] is not None:
+        release(key[0])
+        key[0] = None
 
 
 def _read_score(score: Any) -> float | None:
@@ -291,17 +297,23 @@ class PerformanceListener:
         self.history = MemorySink(check_int("history", history, minimum=1, optional=True))
         self._fanout = FanOut(sink_list, strict=strict)
         self._raw_clock = clock
-        # The clock of every figure: it stands still while trainperf works (see _own_time).
-        self._own = own_time_of(clock)
+        # The clock of every figure: it stands still while trainperf works (see _own_time). Its
+        # ledger is the one of the thread that trains: this one until another records.
+        self._ledger_thread = threading.get_ident()
+        key, own = acquire(clock, self._ledger_thread)
+        self._ledger_key: list[LedgerKey | None] = [key]
+        self._ledger_release = weakref.finalize(self, _release_ledger, self._ledger_key)
         self._left_out = Ledger()  # what the user left out with exclude()
-        self._clock = user_clock(clock, self._own, self._left_out)
+        self._user_clock = UserClock(clock, own, self._left_out)
+        self._clock = self._user_clock.read
         self._wall_clock = wall_clock
         self.rank = rank if rank is not None else _env_rank()
         self.device: int | None = None
         self.epoch: int | None = None
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self._gc = GCMonitor(self._clock) if report_gc else None
+        user_clock = self._user_clock
+        self._gc = GCMonitor(self._clock, skip=lambda: user_clock.own.busy > 0) if report_gc else None
         if self._gc is not None:
             self._gc.install()
         # A listener dropped without close() leaves no gc.callbacks entry behind.
@@ -335,6 +347,7 @@ class PerformanceListener:
         self._bad_verdicts: list[Verdict] = []
         self._previous_verdict: str | None = None
         self._cores = _usable_cores()
+        self._step_threads: int | None = None
         self._closed = False
         self._explicit_etl = False
         self._pending_etl = 0.0
@@ -470,6 +483,8 @@ class PerformanceListener:
             self._gc_prev = self._gc.snapshot()
         self._collectors = [(name, read, read()) for name, read, _ in self._collectors]
         self._started = True
+        if self._owner is None:  # the thread that starts training is the one that trains
+            self._move_ledger()
         with self._lock:
             self._emit_all(self._drain())
         self._reset_window(self._clock(), first=self._count == 0)
@@ -560,7 +575,7 @@ class PerformanceListener:
             self._pending_etl = 0.0
             self._explicit_etl = False
         elif started is not None:  # a reading of the raw clock: onto the clock the window is measured with
-            started -= self._own.total + self._left_out.total
+            started = self._user_clock.at(started)
         if score is not None:
             self._score = score
         count = self._count + 1
@@ -587,7 +602,7 @@ class PerformanceListener:
         and whose figures are differences of that clock: nothing to check again, no second read."""
         if _get_ident() != self._owner or self._explicit_etl:  # first call, other threads, add_etl
             if started is not None:  # record_iteration takes the raw clock's time
-                started += self._own.total + self._left_out.total
+                started += self._user_clock.shift
             return self.record_iteration(samples, batches, etl, None, started, other, steps, skipped)
         count = self._count + 1
         self._count = count
@@ -619,6 +634,7 @@ class PerformanceListener:
                 if error is not None:
                     raise error
                 self._owner = _get_ident()
+                self._move_ledger()
                 return self.record_iteration(samples, batches, etl, score, started, other, steps, skipped)
             self._share()
             self._owner = _get_ident()  # the lock's holder takes the plain path for this one call
@@ -654,15 +670,35 @@ class PerformanceListener:
         # Never more than has passed since the last iteration ended: the clock must not run backwards
         # past a time already recorded.
         last = self._window[-1][0] if self._window else self._window_start
-        seconds = min(seconds, max(0.0, self._clock() - last))
+        now = self._clock()
+        seconds = min(seconds, max(0.0, now - last))
         if self._timeline is not None:  # the device's work then is not idle time of the next iteration
             self._excluded[self._count] = self._excluded.get(self._count, 0.0) + seconds
+        if self._gc is not None:  # collections in that time are left out with it
+            self._gc.forget_since(now - seconds)
         self._left_out.total += seconds
 
     def _own_time(self, seconds: float) -> None:
-        """``seconds`` of trainperf's own work just passed: every listener on this clock leaves them out."""
-        self._own.total += seconds
+        """``seconds`` of trainperf's own work just passed: every listener on this clock and thread
+        leaves them out."""
+        self._user_clock.own.add(seconds, self._raw_clock())
         self._overhead_s += seconds
+        if self._timeline is not None:  # nor is the device's idle time then the next iteration's
+            self._excluded[self._count] = self._excluded.get(self._count, 0.0) + seconds
+
+    def _move_ledger(self) -> None:
+        """The thread that records is not the one that built the listener: trainperf's own time is
+        counted on its ledger from now on."""
+        thread = threading.get_ident()
+        if thread == self._ledger_thread:
+            return
+        key, own = acquire(self._raw_clock, thread)
+        self._user_clock.move(own)
+        old = self._ledger_key[0]
+        self._ledger_key[0] = key
+        self._ledger_thread = thread
+        if old is not None:
+            release(old)
 
     # ------------------------------------------------------------------ reporting
     def _reset_window(self, now: float, *, first: bool) -> None:
@@ -696,6 +732,8 @@ class PerformanceListener:
         """Close the window that ``last`` ends. Its record is built now, or, with a device timeline,
         once the device has done the window's work; returns the newest record built by this call."""
         began = self._raw_clock()
+        own = self._user_clock.own
+        own.busy += 1  # a collection from here on is trainperf's own time
         window_start = self._window_start
         window = self._window
         window.append(last)
@@ -733,6 +771,7 @@ class PerformanceListener:
         finally:
             # The report's own time (building the record, the sinks) belongs to no window of the
             # user's: the clock stands still for it, and the next record says what it cost.
+            own.busy -= 1
             self._overhead_s = 0.0
             self._own_time(self._raw_clock() - began)
             self._reset_window(self._clock(), first=False)
@@ -761,9 +800,12 @@ class PerformanceListener:
         if not done:
             return None
         started = self._raw_clock()
+        own = self._user_clock.own
+        own.busy += 1
         try:
             record = self._emit_all(done)
         finally:
+            own.busy -= 1
             self._own_time(self._raw_clock() - started)
         self._say_deferred()
         return record
@@ -795,7 +837,7 @@ class PerformanceListener:
             data_free_s, gc_free_s, base_s = etl_s, gc_s, window_s
             verdict = judge(
                 window_s, etl_s, gc_s, figures.other_s, self.thresholds, iterations=n,
-                previous=self._previous_verdict, cpu=self._cpu_load(hardware),
+                previous=self._previous_verdict, cpu=self._cpu_load(hardware, figures),
             ) if self.verdict else None
         else:
             durations = sorted(device.durations)
@@ -852,21 +894,28 @@ class PerformanceListener:
         self._accumulate(record, figures, gc_s, data_free_s, gc_free_s, device)
         if figures.samples is None and self.report_sample:
             self._warn_once("could not find the batch size; samples/sec is left out for this run")
-        if verdict is not None:
+        if verdict is not None and not record.warmup:  # the warm-up's start-up costs set no precedent
             self._previous_verdict = verdict.kind
-            if verdict.kind != "fine" and not record.warmup and self._persists(verdict.kind):
+            if verdict.kind != "fine" and self._persists(verdict.kind):
                 self._bad_verdicts.append(verdict)
         self.history(record)
         self._fanout(record)  # every sink gets the record before a SinkError can leave
         return record
 
-    def _cpu_load(self, hardware: dict[str, float | None]) -> CpuLoad | None:
+    def _cpu_load(self, hardware: dict[str, float | None], figures: WindowFigures) -> CpuLoad | None:
         """The window's CPU use, when the host probe read it and the loader has workers."""
         process, worker = hardware.get("cpu_pct"), hardware.get("workers_cpu_pct")
         if process is None or worker is None:
             return None
         workers = len(self._loader_workers()) or 1
-        return CpuLoad(process, worker * workers, self._cores)
+        compute_pct = 100.0 * figures.compute_s / figures.window_s if figures.window_s > 0 else None
+        return CpuLoad(process, worker * workers, self._cores, self._step_threads, compute_pct)
+
+    def set_step_threads(self, threads: int | None) -> None:
+        """How many threads the step computes with on the CPU (``torch.get_num_threads()``; adapters
+        of CPU models say it): with it, ``cpu-contention`` also needs the step to get clearly less
+        CPU than its compute needed."""
+        self._step_threads = check_int("threads", threads, minimum=1, optional=True)
 
     def _persists(self, kind: str) -> bool:
         """Whether ``kind`` was the verdict of enough windows after the warm-up to warn about."""
@@ -1025,6 +1074,7 @@ class PerformanceListener:
                 failures.append(f"reporting the last window failed: {exc!r}")
             self._closed = True
             self._owner = _CLOSED
+            self._ledger_release()
             self._gc_finalizer.detach()
             if self._gc is not None:
                 self._gc.uninstall()
@@ -1050,9 +1100,12 @@ class PerformanceListener:
             record = self._report_locked(self._window.pop())
         if self._pending is not None and len(self._pending):
             started = self._raw_clock()
+            own = self._user_clock.own
+            own.busy += 1
             try:
                 record = self._emit_all(self._drain()) or record
             finally:
+                own.busy -= 1
                 self._own_time(self._raw_clock() - started)
             self._say_deferred()
         return record
@@ -1072,18 +1125,26 @@ class PerformanceListener:
     @property
     def clock(self) -> Callable[[], float]:
         """The clock this listener measures with: its monotonic clock less trainperf's own time (the
-        reports of every listener on that clock) and the time left out with :meth:`exclude`. Adapters
-        and callers of :meth:`record_iteration` (``started``) read their timestamps from it."""
+        reports of every listener on that clock, on the thread that trains) and the time left out with
+        :meth:`exclude`. Adapters read their timestamps from it. :meth:`record_iteration`'s
+        ``started`` is a reading of the raw clock instead (the one the listener was given)."""
         return self._clock
 
-    def clock_parts(self) -> tuple[Callable[[], float], Ledger, Ledger]:
-        """What :attr:`clock` reads: the raw clock, trainperf's own time on it and the time left out,
-        for an adapter's hot path that reads ``raw() - own.total - left_out.total`` inline."""
-        return self._raw_clock, self._own, self._left_out
+    @property
+    def gc_pauses(self) -> list[tuple[float, float, int]] | None:
+        """The GC pauses not yet reported, ``(start, seconds, generation)`` on :attr:`clock`, newest
+        last (the same list for the listener's life); ``None`` without ``report_gc``. Adapters take a
+        loader fetch's own pauses out of its data wait with :func:`trainperf._gc.gc_within`."""
+        return self._gc.pauses if self._gc is not None else None
+
+    def clock_parts(self) -> UserClock:
+        """What :attr:`clock` reads (``raw() - own.total - offset.total``), for an adapter's hot path
+        that reads it inline."""
+        return self._user_clock
 
     def _clock_shift(self) -> float:
         """Seconds the raw clock is ahead of :attr:`clock` now."""
-        return self._own.total + self._left_out.total
+        return self._user_clock.shift
 
     @property
     def closed(self) -> bool:

@@ -2,50 +2,120 @@
 while trainperf works.
 
 Every listener reads a *user clock*: its monotonic clock less the seconds trainperf itself spent so
-far (reports, sinks, cross-rank gathers, polls of a device), and less the seconds the user asked it to
-leave out (:meth:`~trainperf.PerformanceListener.exclude`). Every listener that measures with the same
-clock shares one ledger of trainperf's time, so one listener's report (two listeners on one model, two
-models with a listener each) is kept out of the others' windows too, and every adapter, which reads
-the listener's clock for its own timestamps (loader fetches, the step's start and end), agrees with
-the listener without doing anything of its own.
+far on the thread that trains (reports, sinks, cross-rank gathers, polls of a device), and less the
+seconds the user asked it to leave out (:meth:`~trainperf.PerformanceListener.exclude`). Every
+listener that measures with the same clock on the same thread shares one ledger of trainperf's time,
+so one listener's report (two listeners on one model, two models with a listener each) is kept out
+of the others' windows too; a report on another thread, which does not stop this one, is not. Every
+adapter reads the listener's clock for its own timestamps (loader fetches, the step's start and
+end), so it agrees with the listener without doing anything of its own.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 
 __all__: list[str] = []
 
+LedgerKey = tuple[int, int]  # (id of the raw clock, thread ident)
+
 
 class Ledger:
-    """Seconds added up, read on every clock read: one float attribute, nothing else."""
+    """Seconds added up, read on every clock read; ``busy`` counts the reports in progress (a
+    garbage collection that starts then is trainperf's own time, not the user's); ``marks`` keeps
+    the latest additions as ``(raw time, total before)``, to place an earlier raw reading."""
 
-    __slots__ = ("total",)
+    __slots__ = ("total", "busy", "marks")
 
     def __init__(self) -> None:
         self.total = 0.0
+        self.busy = 0
+        self.marks: deque[tuple[float, float]] = deque(maxlen=64)
+
+    def add(self, seconds: float, at: float) -> None:
+        """``seconds`` of trainperf's time ended at ``at`` on the raw clock."""
+        self.marks.append((at, self.total))
+        self.total += seconds
+
+    def total_at(self, raw: float) -> float:
+        """The total as it was at raw time ``raw`` (what was added after it left out)."""
+        total = self.total
+        for at, before in reversed(self.marks):
+            if at <= raw:
+                break
+            total = before
+        return total
 
 
-_ledgers: dict[Callable[[], float], Ledger] = {}
+# Keyed by the clock's id, not the clock: any callable is a clock (unhashable ones too), and the
+# entry goes when its last listener does, while the listener still holds the clock (so no id is reused).
+_ledgers: dict[LedgerKey, tuple[Ledger, int]] = {}
 _lock = threading.Lock()
 
 
-def own_time_of(clock: Callable[[], float]) -> Ledger:
-    """The ledger of trainperf's own time for every listener measuring with ``clock``."""
+def acquire(clock: Callable[[], float], thread: int) -> tuple[LedgerKey, Ledger]:
+    """The ledger of trainperf's own time on ``thread`` for listeners measuring with ``clock``;
+    each :func:`acquire` is matched by one :func:`release`."""
+    key = (id(clock), thread)
     with _lock:
-        ledger = _ledgers.get(clock)
+        ledger, users = _ledgers.get(key, (None, 0))
         if ledger is None:
-            ledger = _ledgers[clock] = Ledger()
-        return ledger
+            ledger = Ledger()
+        _ledgers[key] = (ledger, users + 1)
+        return key, ledger
 
 
-def user_clock(raw: Callable[[], float], own: Ledger, excluded: Ledger) -> Callable[[], float]:
-    """``raw`` less trainperf's own time and the time the user left out: a closure over three cells,
-    about one Python call per read."""
+def release(key: LedgerKey) -> None:
+    with _lock:
+        ledger, users = _ledgers.get(key, (None, 0))
+        if ledger is None:
+            return
+        if users <= 1:
+            del _ledgers[key]
+        else:
+            _ledgers[key] = (ledger, users - 1)
 
-    def clock() -> float:
-        return raw() - own.total - excluded.total
 
-    clock.raw = raw  # type: ignore[attr-defined]
-    return clock
+def ledgers_in_use() -> int:
+    """How many ledgers exist (for tests: none is left behind by closed listeners)."""
+    return len(_ledgers)
+
+
+class UserClock:
+    """A listener's clock: ``raw() - own.total - offset.total``, moved to another thread's ledger with
+    :meth:`move` without a jump.
+
+    Args:
+        raw: the monotonic clock the listener was given.
+        own: the ledger of trainperf's own time on the thread that trains.
+        offset: the time left out by the user (and what keeps the clock continuous across a move).
+    """
+
+    __slots__ = ("raw", "own", "offset", "read")
+
+    def __init__(self, raw: Callable[[], float], own: Ledger, offset: Ledger) -> None:
+        self.raw, self.own, self.offset = raw, own, offset
+        state = self
+
+        def read() -> float:  # a closure: about one Python call per read
+            return raw() - state.own.total - offset.total
+
+        self.read: Callable[[], float] = read
+
+    def move(self, own: Ledger) -> None:
+        """Count trainperf's time on another ledger (the thread that trains is not the one that built
+        the listener). The clock reads on where it was: the difference goes into ``offset``."""
+        self.offset.total += self.own.total - own.total
+        self.own = own
+
+    @property
+    def shift(self) -> float:
+        """Seconds the raw clock is ahead of this one now."""
+        return self.own.total + self.offset.total
+
+    def at(self, raw: float) -> float:
+        """This clock's reading for ``raw``, a reading of the raw clock taken a little earlier: the
+        own time added since it is not taken off."""
+        return raw - self.own.total_at(raw) - self.offset.total

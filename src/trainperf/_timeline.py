@@ -107,8 +107,9 @@ def device_window(times: Sequence[tuple[float | None, float]], excluded: Sequenc
             when unknown: its idle time counts as 0) and the time its step ended, in seconds since
             the end of the previous window's last step.
         excluded: per iteration (missing ones: 0), host seconds left out of the window before it
-            (validation, checkpointing, see :meth:`PerformanceListener.exclude`): work the device
-            did then is not idle time, so they are taken off that iteration's gap.
+            (validation, checkpointing, see :meth:`PerformanceListener.exclude`, and trainperf's own
+            reports): they are taken off that iteration's idle gap, as far as the device sat idle;
+            work the device did meanwhile stays in the iteration.
 
     Example:
         >>> w = device_window([(0.002, 0.035), (0.035, 0.068)])
@@ -122,9 +123,14 @@ def device_window(times: Sequence[tuple[float | None, float]], excluded: Sequenc
     prev = 0.0
     for i, (begin, end) in enumerate(times):
         left_out = excluded[i] if i < len(excluded) else 0.0
-        gap = 0.0 if begin is None else max(0.0, begin - prev - left_out)
+        if begin is None:
+            gap, removed = 0.0, left_out
+        else:  # the host's left-out time removes the device's idle gap only, never work it overlapped
+            gap = max(0.0, begin - prev)
+            removed = min(left_out, gap)
+            gap -= removed
         idles.append(gap)
-        durations.append(max(0.0, end - prev - left_out))
+        durations.append(max(0.0, end - prev - removed))
         prev = end
     return DeviceWindow(window_s=sum(durations), idles=tuple(idles), durations=tuple(durations))
 

@@ -31,16 +31,23 @@ HYSTERESIS = 0.8
 #: they may run on, the workers at least ``CONTENTION_WORKERS_PCT`` of one core: they compete for CPU.
 CONTENTION_LOAD_PCT = 90.0
 CONTENTION_WORKERS_PCT = 50.0
+#: ...while the step is slowed: the training process gets less than this share of the CPU its
+#: compute needs (its compute share of the window times the cores its threads could use).
+STARVED_SHARE = 0.75
 
 
 @dataclass(frozen=True)
 class CpuLoad:
     """What the CPU did in a window: the training process's and its loader workers' use, in percent
-    of one core (200 = two cores busy), and the cores the process may run on."""
+    of one core (200 = two cores busy), the cores the process may run on, and, when known, the
+    threads the step computes with and the window's compute share (percent), which tell whether the
+    step got the CPU it needed."""
 
     process_pct: float
     workers_pct: float
     cores: int
+    step_threads: int | None = None
+    compute_pct: float | None = None
 
     @property
     def load_pct(self) -> float:
@@ -48,13 +55,29 @@ class CpuLoad:
         return (self.process_pct + self.workers_pct) / max(1, self.cores)
 
     @property
+    def needed_pct(self) -> float | None:
+        """The CPU the step's compute needed, in percent of one core (``None`` when unknown)."""
+        if self.step_threads is None or self.compute_pct is None:
+            return None
+        return self.compute_pct * min(self.step_threads, max(1, self.cores))
+
+    @property
     def contended(self) -> bool:
-        return self.load_pct >= CONTENTION_LOAD_PCT and self.workers_pct >= CONTENTION_WORKERS_PCT
+        """The cores are full, the loader's workers hold a fair part of them, and (when known) the
+        step got clearly less CPU than its compute needed: it was slowed."""
+        if self.load_pct < CONTENTION_LOAD_PCT or self.workers_pct < CONTENTION_WORKERS_PCT:
+            return False
+        needed = self.needed_pct
+        return needed is None or self.process_pct < STARVED_SHARE * needed
 
     def reason(self) -> str:
-        return (f"the training process ({self.process_pct:.0f}%) and its loader workers ({self.workers_pct:.0f}%) "
-                f"use {self.load_pct:.0f}% of the {self.cores} cores they may run on: the step and the loader "
-                "compete for CPU")
+        text = (f"the training process ({self.process_pct:.0f}%) and its loader workers ({self.workers_pct:.0f}%) "
+                f"use {self.load_pct:.0f}% of the {self.cores} cores they may run on")
+        needed = self.needed_pct
+        if needed is not None:
+            text += f"; the step got {self.process_pct:.0f}% of a core where its compute needed {needed:.0f}%"
+        return text + ": the step and the loader compete for CPU"
+
 
 @dataclass(frozen=True)
 class Thresholds:

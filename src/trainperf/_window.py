@@ -83,7 +83,7 @@ def window_figures(
     start: float,
     entries: Sequence[WindowEntry],
     durations: Sequence[float] | None = None,
-    pauses: Sequence[tuple[float, float]] = (),
+    pauses: Sequence[tuple[float, float, int]] = (),
 ) -> WindowFigures:
     """The figures of the window that started at ``start`` and holds ``entries`` (at least one).
 
@@ -92,7 +92,7 @@ def window_figures(
         entries: the window's iterations, oldest first; see :data:`WindowEntry`.
         durations: per-iteration times from another clock (CUDA events, say); when given and not
             empty, its last ``len(entries)`` values replace the host-clock iteration times.
-        pauses: GC pauses as ``(start, seconds)`` on the same clock, oldest first. A pause in the
+        pauses: GC pauses as ``(start, seconds, generation)`` on the same clock, oldest first. A pause in the
             part of an iteration before its step (its other host time, then a data wait that is
             the gap before the step) is taken out of that part; any other out of the step's
             compute, and out of the data wait where the compute is too short to hold it.
@@ -118,7 +118,7 @@ def window_figures(
             from_gap += 1
         if n_pauses:
             before = prev + other + gap
-            while first_pause < n_pauses and sum(pauses[first_pause]) <= prev:
+            while first_pause < n_pauses and pauses[first_pause][0] + pauses[first_pause][1] <= prev:
                 first_pause += 1
             in_before = _overlap(pauses, first_pause, prev, before)
             if in_before > 0.0:
@@ -162,11 +162,11 @@ def window_figures(
     )
 
 
-def _overlap(pauses: Sequence[tuple[float, float]], first: int, lo: float, hi: float) -> float:
-    """Seconds of ``pauses[first:]`` (``(start, seconds)``, by start) that fall within ``[lo, hi]``."""
+def _overlap(pauses: Sequence[tuple[float, float, int]], first: int, lo: float, hi: float) -> float:
+    """Seconds of ``pauses[first:]`` (``(start, seconds, generation)``, by start) within ``[lo, hi]``."""
     total = 0.0
     for i in range(first, len(pauses)):
-        begin, seconds = pauses[i]
+        begin, seconds, _ = pauses[i]
         if begin >= hi:
             break
         total += max(0.0, min(hi, begin + seconds) - max(lo, begin))

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._gc import gc_within
 from .._listener import PerformanceListener
 from .._timeline import DeviceTimeline
 from ..sinks import LoggerSink, Sink
@@ -58,7 +59,7 @@ class _TimedFetch:
         if self.starts:
             owner._fetch_started = owner._clock()
         elif owner._fetch_started is not None:
-            owner._gap_etl += owner._clock() - owner._fetch_started
+            owner._add_fetch(owner._fetch_started, owner._clock())
             owner._fetch_started = None
         self.inner()
 
@@ -163,6 +164,10 @@ class PerformanceCallback(_CallbackBase):
         listener.add_advisor(lambda kind: loader_advisor(getattr(trainer, "train_dataloader", None), on_cuda)(kind))
         listener.set_loader_workers(lambda: self._worker_pids)
         listener.set_etl_source("loader")
+        if device is not None and getattr(device, "type", None) == "cpu":
+            import torch
+
+            listener.set_step_threads(torch.get_num_threads())
         self.thread = threading.get_ident()
         self.clock = self._clock
         if not self._observing:
@@ -210,7 +215,11 @@ class PerformanceCallback(_CallbackBase):
     # -- the loader hooks (DataLoader.iter() and fetches outside the fetcher's timed next()) --
     def on_fetch(self, started: float, ended: float, batch: Any) -> None:
         if self._fetch_started is None:  # else the fetcher's own span times it
-            self._gap_etl += ended - started
+            self._add_fetch(started, ended)
+
+    def _add_fetch(self, started: float, ended: float) -> None:
+        pauses = self.listener.gc_pauses  # a fetch's own collections are GC, not data wait
+        self._gap_etl += ended - started - (gc_within(pauses, started, ended) if pauses else 0.0)
 
     def on_loader(self, loader: Any, iterator: Any) -> None:
         workers = getattr(iterator, "_workers", None) or ()

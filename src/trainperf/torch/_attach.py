@@ -33,6 +33,7 @@ import torch
 from torch import Tensor, is_grad_enabled
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from .._gc import gc_within
 from .._listener import PerformanceListener
 from .._timeline import DeviceTimeline
 from . import _loop_hooks as loop_hooks
@@ -73,7 +74,8 @@ class Attachment:
         self._timeline: DeviceTimeline | None = None  # the listener's, set when training starts
         self.clock = listener.clock  # the listener's; loader timing reads it too
         # The same clock read inline on the two reads of every iteration (no extra Python call).
-        self._raw_clock, self._own, self._left_out = listener.clock_parts()
+        self._uc = listener.clock_parts()
+        self._gc_pauses = listener.gc_pauses  # a fetch's own collections are GC, not data wait
         self._record = listener._record_at  # the clock's own differences: nothing to check again
         self._started = False
         self._taps_work = False  # a compiled model's forward is not seen: steps alone make iterations
@@ -104,6 +106,7 @@ class Attachment:
         self._first_forward: float | None = None
         self._etl = 0.0
         self._idle_etl = 0.0  # loader time before the iteration's first sign: an epoch's end or start
+        self._peer_busy = 0.0  # other listened models' steps before this iteration's first sign
         self._fetched = 0
         self._loader_samples: int | None = 0
         self._samples: int | None = 0
@@ -117,7 +120,8 @@ class Attachment:
         if not is_grad_enabled():
             return None
         if self._first_forward is None:  # the iteration's first forward
-            self._first_forward = now = self._raw_clock() - self._own.total - self._left_out.total
+            uc = self._uc
+            self._first_forward = now = uc.raw() - uc.own.total - uc.offset.total  # self.clock(), inline
             if not self._taps_work:
                 self._taps_work = True
                 if not self._started:
@@ -162,7 +166,10 @@ class Attachment:
         ended an epoch: ``iter()`` starting workers, or the ``StopIteration`` of an exhausted loader)."""
         if not self._started:
             self._begin(started)
-        self._etl += ended - started
+        spent = ended - started
+        if self._gc_pauses:  # collections during the fetch count as GC, once
+            spent -= gc_within(self._gc_pauses, started, ended)
+        self._etl += spent
         if batch is None:
             # Not a sign that the next iteration started: what the loop does after the epoch's last
             # batch (evaluation, a checkpoint, printing) is its own host work, not the next step's.
@@ -219,12 +226,13 @@ class Attachment:
     def _close(self, skipped: int) -> None:
         if not self._started:
             self._begin()
-        now = self._raw_clock() - self._own.total - self._left_out.total  # self.clock(), inline
+        uc = self._uc
+        now = uc.raw() - uc.own.total - uc.offset.total  # self.clock(), inline
         activity = self._activity
         fetched = self._fetched
         if fetched:
             etl, started = self._etl, None
-            other = activity - self._boundary - self._idle_etl if activity is not None else 0.0
+            other = activity - self._boundary - self._idle_etl - self._peer_busy if activity is not None else 0.0
             if other < 0.0:
                 other = 0.0
             samples, batches = self._loader_samples, fetched
@@ -232,8 +240,11 @@ class Attachment:
         else:  # no loader seen: the gap before the first forward is the data wait
             etl, other = self._etl, 0.0  # an epoch's start (iter(loader)) may have been timed
             started = self._first_forward if self._first_forward is not None else activity
+            if started is not None and self._peer_busy:  # another model's step is compute, not the gap
+                started -= self._peer_busy
             samples, batches = (self._samples, self._micro) if self._micro else (None, 1)
             self._etl = self._idle_etl = 0.0
+        self._peer_busy = 0.0
         steps = self._steps
         # reset for the next iteration (what the common path changed, without a method call)
         self._open = False
@@ -248,14 +259,17 @@ class Attachment:
         self._record(now, samples, batches, etl, started, other, steps, skipped)
 
     def _tell_peers(self, began: float) -> None:
-        """Another listened model trained from ``began`` to now (a GAN's discriminator, a second
-        model in the same loop): for the models that had not started their next iteration, that is
-        where it starts, so their other host time does not hold this model's step."""
+        """This model trained from ``began`` to now, its ``_boundary`` (a GAN's discriminator, a second
+        model in the same loop). For a listened model between its steps, that is training work, not its
+        loop's other host time (nor a data wait that is a gap): it counts as its next iteration's compute."""
+        now = self._boundary
         for ref in self._peers:
             peer = ref()
             if peer is None or peer._detached or peer._activity is not None or peer.thread != self.thread:
                 continue
-            peer._activity = began if began > peer._boundary else peer._boundary
+            start = began if began > peer._boundary else peer._boundary
+            if now > start:
+                peer._peer_busy += now - start
 
     # set-up -----------------------------------------------------------------
     def _begin(self, at: float | None = None) -> None:
@@ -271,6 +285,8 @@ class Attachment:
             self.listener.set_rank(rank)
             join_cluster(self.listener, self.model)
         self.listener.set_etl_source("loader")
+        if param is not None and param.device.type == "cpu":
+            self.listener.set_step_threads(torch.get_num_threads())
         self.listener.start()
         self._boundary = self.clock() if at is None else at
 
@@ -320,8 +336,13 @@ _all: list[weakref.ref[Attachment]] = []
 
 
 def _link_peers(attachment: Attachment) -> None:
-    """Tell every live attachment on another model about ``attachment``, and the other way round."""
+    """Tell every live attachment on another model about ``attachment``, and the other way round
+    (forgetting the attachments dropped since)."""
     _all[:] = [ref for ref in _all if (a := ref()) is not None and not a._detached]
+    for ref in _all:
+        live = ref()
+        if live is not None:
+            live._peers = [p for p in live._peers if (q := p()) is not None and not q._detached]
     for ref in _all:
         other = ref()
         if other is not None and other.model is not attachment.model:
@@ -334,7 +355,7 @@ def _unlink_peers(attachment: Attachment) -> None:
     for ref in _all:
         other = ref()
         if other is not None:
-            other._peers = [p for p in other._peers if p() is not attachment]
+            other._peers = [p for p in other._peers if (q := p()) is not None and q is not attachment]
     _all[:] = [ref for ref in _all if ref() not in (None, attachment)]
     attachment._peers = []
 

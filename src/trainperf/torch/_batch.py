@@ -38,9 +38,10 @@ def batch_size(obj: Any, _depth: int = 0) -> int | None:
     * a mapping (``{"input_ids": ..., "labels": ...}``): the size its values agree on;
     * a tuple or list of tensors: their common first dimension when they are the fields of one
       batch (``(inputs, targets)``: first dimensions agree), or its length when they are the
-      samples themselves (four or more of one rank whose sizes vary: a collate that returns a list
-      of variable-length sequences or images); two or three tensors whose first dimensions
-      disagree, or four or more of one shape, could be either, and give ``None``;
+      samples themselves (four or more whose first dimensions vary: a collate that returns a list of
+      variable-length sequences; channels-first images of varying sizes); two or three tensors
+      whose first dimensions disagree, or four or more of one shape, could be either, and give
+      ``None``;
     * a tuple or list of mappings, strings or numbers: its length (one per sample);
     * a tuple or list of sequences (a detection-style ``tuple(zip(*batch))``): the size its parts
       agree on, each part read as above.
@@ -62,13 +63,11 @@ def batch_size(obj: Any, _depth: int = 0) -> int | None:
         firsts = {shape[0] for shape in shapes}
         if len(firsts) > 1:  # variable-length samples, or fields that disagree
             return len(obj) if len(obj) >= 4 else None
-        if len(obj) <= 3:
-            return int(shapes[0][0])
-        if len(set(shapes)) == 1:
-            return None  # many tensors of one shape: fields of one batch, or equal-length samples
-        if len({len(shape) for shape in shapes}) == 1:
-            return len(obj)  # many samples of one rank and varying sizes (images, sequences)
-        return int(shapes[0][0])
+        if len(set(shapes)) > 1 and all(len(s) == 3 and s[0] in _CHANNELS for s in shapes):
+            return len(obj)  # images of different sizes, channels first: one per sample
+        if len(obj) <= 3 or len(set(shapes)) > 1:
+            return int(shapes[0][0])  # the fields of one batch: (inputs, targets), a seq2seq tuple
+        return None  # many tensors of one shape: fields of one batch, or equal-length samples
     if all(isinstance(item, (Mapping, str, bytes, int, float)) for item in obj):
         return len(obj)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple is fields
@@ -76,6 +75,11 @@ def batch_size(obj: Any, _depth: int = 0) -> int | None:
     if all(isinstance(item, (tuple, list)) for item in obj):
         return _agreed([_samples_of(item, _depth + 1) for item in obj])
     return _agreed([batch_size(item, _depth + 1) for item in obj])
+
+
+#: Channel counts of images (grey, RGB, RGBA): a list of ``(C, H, W)`` tensors of varying sizes
+#: with one of these first is a list of images.
+_CHANNELS = (1, 3, 4)
 
 
 def _samples_of(part: Any, depth: int) -> int | None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
+from .._gc import gc_within
 from .._listener import PerformanceListener
 from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor, on_cuda_of
@@ -54,13 +54,43 @@ class TimedLoader(Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         listeners, attachments = _resolve(self.targets)
+        if len(listeners) + len(attachments) == 1:  # the common case: one clock
+            yield from self._iterate_one(listeners, attachments)
+            return
+        # Each target measures on its own clock (each leaves out its own excluded time).
         clocks = [*(listener.clock for listener in listeners), *(a.clock for a in attachments)]
-        clock = clocks[0] if clocks else time.perf_counter
+        with loop_hooks.suppressed():  # a DataLoader inside is timed here, not twice
+            starts = [clock() for clock in clocks]
+            iterator = iter(self.iterable)
+            ends = [clock() for clock in clocks]
+        k = len(listeners)
+        for attachment, started, ended in zip(attachments, starts[k:], ends[k:], strict=True):
+            attachment.on_fetch(started, ended, None)
+        while True:
+            starts = [clock() for clock in clocks]
+            try:
+                with loop_hooks.suppressed():
+                    batch = next(iterator)
+            except StopIteration:
+                ends = [clock() for clock in clocks]
+                for attachment, started, ended in zip(attachments, starts[k:], ends[k:], strict=True):
+                    attachment.on_fetch(started, ended, None)  # an epoch's end: data time, no batch
+                return
+            ends = [clock() for clock in clocks]
+            for listener, started, ended in zip(listeners, starts, ends, strict=False):
+                listener.add_etl(_data_wait(listener, started, ended))
+            for attachment, started, ended in zip(attachments, starts[k:], ends[k:], strict=True):
+                attachment.on_fetch(started, ended, batch)
+            yield batch
+
+    def _iterate_one(self, listeners: list[PerformanceListener], attachments: list[Attachment]) -> Iterator[T]:
+        clock = listeners[0].clock if listeners else attachments[0].clock
+        attachment = attachments[0] if attachments else None
         with loop_hooks.suppressed():  # a DataLoader inside is timed here, not twice
             started = clock()
             iterator = iter(self.iterable)
             ended = clock()
-        for attachment in attachments:
+        if attachment is not None:
             attachment.on_fetch(started, ended, None)
         while True:
             started = clock()
@@ -68,13 +98,21 @@ class TimedLoader(Generic[T]):
                 with loop_hooks.suppressed():
                     batch = next(iterator)
             except StopIteration:
+                if attachment is not None:
+                    attachment.on_fetch(started, clock(), None)  # an epoch's end: data time, no batch
                 return
             ended = clock()
-            for listener in listeners:
-                listener.add_etl(ended - started)
-            for attachment in attachments:
+            if attachment is None:
+                listeners[0].add_etl(_data_wait(listeners[0], started, ended))
+            else:
                 attachment.on_fetch(started, ended, batch)
             yield batch
+
+
+def _data_wait(listener: PerformanceListener, started: float, ended: float) -> float:
+    """A fetch's data wait, its own collections left out (they count as GC, once)."""
+    pauses = listener.gc_pauses
+    return ended - started - (gc_within(pauses, started, ended) if pauses else 0.0)
 
 
 def timed(iterable: Iterable[T], *targets: Any) -> TimedLoader[T]:
