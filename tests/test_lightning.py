@@ -310,3 +310,28 @@ def test_work_in_on_train_epoch_end_is_other_time_not_compute(tmp_path):
     for r in records:
         total = r.etl_ms + r.compute_ms + r.other_ms + (r.gc_total_ms or 0.0) / r.window_iterations
         assert total == pytest.approx(r.iteration_ms, rel=1e-6)
+
+
+@pytest.mark.realtime
+def test_starting_non_persistent_workers_each_epoch_is_data_wait(tmp_path):
+    """A DataLoader whose workers restart every epoch: the time its iter() takes (timed here by a
+    stopwatch in the loader itself) is in the data wait of the iteration after it."""
+
+    class StopwatchLoader(torch.utils.data.DataLoader):
+        def __iter__(self):
+            started = time.perf_counter()
+            iterator = super().__iter__()
+            self.iter_s.append(time.perf_counter() - started)
+            return iterator
+
+    data = StopwatchLoader(SleepyDataset(n=10), batch_size=None, num_workers=1, persistent_workers=False)
+    data.iter_s = []
+    callback = PerformanceCallback(5, sinks=[], history=None)
+    trainer(pl, callback, tmp_path, max_epochs=3).fit(module_class(pl.LightningModule)(), data)
+    records = [r for r in callback.history if not r.warmup]
+    starts = data.iter_s[1:]  # epochs 2 and 3 start inside windows after the warm-up
+    assert len(starts) == 2 and min(starts) > 0.005  # starting a worker takes milliseconds
+    edge_windows = [r for r in records if r.first_iteration in (11, 21)]
+    assert len(edge_windows) == 2
+    for window, started in zip(edge_windows, starts, strict=True):
+        assert window.etl_total_ms >= 0.9 * 1000.0 * started, (window.etl_total_ms, started)
