@@ -55,3 +55,49 @@ def test_empty_window_is_an_error_and_zero_time_gives_no_rate():
 @pytest.mark.parametrize("q, expected", [(0, 1.0), (50, 2.5), (95, 3.85), (100, 4.0)])
 def test_percentile_interpolates_like_numpy(q, expected):
     assert percentile([1.0, 2.0, 3.0, 4.0], q) == pytest.approx(expected)
+
+
+def test_percentile_of_two_values_interpolates_between_them():
+    assert percentile([1.0, 3.0], 50) == 2.0
+    assert percentile([1.0, 3.0], 0) == 1.0 and percentile([1.0, 3.0], 100) == 3.0
+    assert percentile([5.0], 95) == 5.0
+
+
+# GC pauses: (start, seconds, generation), each counted once, out of the share it fell in
+def entry(end, etl=0.0, started=None, other=0.0):
+    return (end, etl, started, 1, 1, other, 1, 0)
+
+
+def test_a_pause_in_part_of_the_gap_comes_out_of_that_gap_only():
+    """10 ms gap before the step holds a 3 ms pause: data wait 7, GC 3, compute 5."""
+    fig = window_figures(0.0, [entry(0.015, started=0.010)], pauses=[(0.002, 0.003, 0)])
+    assert (fig.etl_s, fig.gc_s, fig.compute_s, fig.other_s) == pytest.approx((0.007, 0.003, 0.005, 0.0))
+
+
+def test_a_pause_in_other_time_comes_out_of_it_before_the_gap():
+    """4 ms of other time then a gap: a 6 ms pause from the start takes the 4 ms of other and 2 of the gap."""
+    fig = window_figures(0.0, [entry(0.020, started=0.014, other=0.004)], pauses=[(0.0, 0.006, 0)])
+    assert (fig.other_s, fig.etl_s, fig.gc_s) == pytest.approx((0.0, 0.012, 0.006))
+    assert fig.compute_s == pytest.approx(0.002)
+
+
+def test_a_pause_inside_the_step_comes_out_of_compute():
+    fig = window_figures(0.0, [entry(0.010, etl=0.002)], pauses=[(0.005, 0.001, 1)])
+    assert (fig.etl_s, fig.gc_s, fig.compute_s) == pytest.approx((0.002, 0.001, 0.007))
+
+
+def test_a_pause_longer_than_the_compute_comes_out_of_a_given_data_wait_too():
+    """A 12 ms window whose given 8 ms data wait held a 6 ms collection: GC 6, data wait 6, compute 0
+    (never negative), and the parts add up."""
+    fig = window_figures(0.0, [entry(0.012, etl=0.008)], pauses=[(0.001, 0.006, 0)])
+    assert fig.gc_s == pytest.approx(0.006)
+    assert fig.etl_s == pytest.approx(0.006)
+    assert fig.compute_s == pytest.approx(0.0)
+    assert fig.etl_s + fig.compute_s + fig.other_s + fig.gc_s == pytest.approx(fig.window_s)
+
+
+def test_pauses_outside_the_window_and_across_its_start_count_only_inside():
+    fig = window_figures(1.0, [entry(1.010, etl=0.001), entry(1.020, etl=0.001)],
+                         pauses=[(0.5, 0.1, 0), (0.998, 0.004, 0), (1.012, 0.001, 2)])
+    assert fig.gc_s == pytest.approx(0.002 + 0.001)
+    assert fig.etl_s + fig.compute_s + fig.other_s + fig.gc_s == pytest.approx(fig.window_s)

@@ -104,7 +104,6 @@ def window_figures(
     samples: int | None = 0
     batches = steps = skipped = from_gap = 0
     other_s = 0.0
-    gc_before_s = 0.0  # pauses taken out of other time and of data waits that are gaps
     first_pause = 0
     n_pauses = len(pauses)
     prev = start
@@ -126,7 +125,6 @@ def window_figures(
                 from_gap_etl = min(gap, in_before - from_other)
                 other -= from_other
                 etls[-1] -= from_gap_etl
-                gc_before_s += from_other + from_gap_etl
         host_durations.append(end - prev)
         prev = end
         samples = None if n_samples is None or samples is None else samples + n_samples
