@@ -101,3 +101,10 @@ def test_pauses_outside_the_window_and_across_its_start_count_only_inside():
                          pauses=[(0.5, 0.1, 0), (0.998, 0.004, 0), (1.012, 0.001, 2)])
     assert fig.gc_s == pytest.approx(0.002 + 0.001)
     assert fig.etl_s + fig.compute_s + fig.other_s + fig.gc_s == pytest.approx(fig.window_s)
+
+
+def test_a_pause_longer_than_the_compute_with_other_time_beside_it():
+    """14 ms: 2 ms other, a given 8 ms data wait, a 6 ms collection after the other time: other 2,
+    GC 6, data wait 6, compute 0."""
+    fig = window_figures(0.0, [entry(0.014, etl=0.008, other=0.002)], pauses=[(0.004, 0.006, 0)])
+    assert (fig.other_s, fig.gc_s, fig.etl_s, fig.compute_s) == pytest.approx((0.002, 0.006, 0.006, 0.0))
