@@ -1,0 +1,149 @@
+"""The verdict rule with plain numbers: each line at, just below and just above, materiality,
+hysteresis, CPU contention, and the device's verdict."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainperf._verdict import (
+    CONTENTION_LOAD_PCT,
+    CONTENTION_WORKERS_PCT,
+    GC_BOUND_SHARE,
+    HOST_BOUND_UTILIZATION,
+    HYSTERESIS,
+    INPUT_BOUND_SHARE,
+    LOOP_BOUND_SHARE,
+    MATERIAL_MS,
+    STARVED_SHARE,
+    CpuLoad,
+    Thresholds,
+    judge,
+    judge_device,
+)
+
+EPS = 1e-6
+
+
+def test_the_documented_lines():
+    assert (INPUT_BOUND_SHARE, GC_BOUND_SHARE, LOOP_BOUND_SHARE) == (20.0, 10.0, 20.0)
+    assert (MATERIAL_MS, HYSTERESIS, HOST_BOUND_UTILIZATION) == (0.5, 0.8, 50.0)
+    assert (CONTENTION_LOAD_PCT, CONTENTION_WORKERS_PCT, STARVED_SHARE) == (90.0, 50.0, 0.75)
+
+
+@pytest.mark.parametrize(
+    "part, line, kind",
+    [("etl", 20.0, "input-bound"), ("gc", 10.0, "gc-bound"), ("other", 20.0, "loop-bound")],
+)
+def test_each_line_at_below_and_above(part, line, kind):
+    """A 1 s window of 10 iterations: the share at its line is bad, just below it is fine."""
+
+    def verdict(share):
+        figures = {"etl_s": 0.0, "gc_s": 0.0, "other_s": 0.0}
+        figures[f"{part}_s"] = share / 100.0
+        return judge(1.0, iterations=10, **figures)
+
+    assert verdict(line).kind == kind
+    assert verdict(line).share == pytest.approx(line)
+    assert verdict(line - 0.01).kind == "fine"
+    assert verdict(line + 0.01).kind == kind
+
+
+def test_the_largest_bad_share_names_the_verdict():
+    assert judge(1.0, 0.30, 0.15, 0.25, iterations=10).kind == "input-bound"
+    assert judge(1.0, 0.21, 0.25, 0.0, iterations=10).kind == "gc-bound"
+    assert judge(1.0, 0.21, 0.0, 0.35, iterations=10).kind == "loop-bound"
+
+
+def test_a_bad_share_must_cost_half_a_millisecond_per_iteration():
+    """40% data wait: bad at 0.5 ms per iteration, fine just under it; the amount scales with iterations."""
+    assert judge(10 * 1.25e-3, 10 * 0.5e-3, 0.0, iterations=10).kind == "input-bound"
+    assert judge(10 * 1.25e-3, 10 * (0.5e-3 - EPS), 0.0, iterations=10).kind == "fine"
+    assert judge(1.25e-3, 0.5e-3, 0.0, iterations=1).kind == "input-bound"
+    assert judge(10 * 1.25e-3, 0.5e-3, 0.0, iterations=10).kind == "fine"  # 0.05 ms per iteration
+
+
+def test_hysteresis_holds_a_bad_verdict_down_to_eight_tenths_of_its_line():
+    line = 0.8 * INPUT_BOUND_SHARE / 100.0  # 16%
+    assert judge(1.0, line, 0.0, iterations=10, previous="input-bound").kind == "input-bound"
+    assert judge(1.0, line - EPS, 0.0, iterations=10, previous="input-bound").kind == "fine"
+    assert judge(1.0, line, 0.0, iterations=10, previous="gc-bound").kind == "fine"  # only its own line
+    assert judge(1.0, 0.0, 0.08, iterations=10, previous="gc-bound").kind == "gc-bound"
+
+
+def test_custom_thresholds():
+    strict = Thresholds(input_bound=5.0, gc_bound=1.0, loop_bound=50.0)
+    assert judge(1.0, 0.05, 0.0, thresholds=strict, iterations=10).kind == "input-bound"
+    assert judge(1.0, 0.0, 0.01, thresholds=strict, iterations=10).kind == "gc-bound"
+    assert judge(1.0, 0.0, 0.0, 0.49, strict, iterations=10).kind == "fine"
+    assert judge(1.0, 0.0, 0.0, 0.50, strict, iterations=10).kind == "loop-bound"
+
+
+def test_reasons_and_gains():
+    bad = judge(1.0, 0.5, 0.0, iterations=10)
+    assert bad.reason == "50% of step waiting for data: free data would make this run 2.00x faster"
+    gc = judge(1.0, 0.0, 0.2, iterations=10)
+    assert gc.reason.endswith("GC-free training would make this run 1.25x faster")
+    loop = judge(1.0, 0.0, 0.0, 0.25, iterations=10)
+    assert "would make" not in loop.reason and loop.share == 25.0
+    fine = judge(1.0, 0.05, 0.02, 0.03, iterations=10)
+    assert fine.reason == "data wait 5%, GC 2%, other host work 3% of step" and fine.share == 5.0
+    assert judge(1.0, 0.05, 0.02, 0.005, iterations=10).reason == "data wait 5%, GC 2% of step"
+    assert judge(0.0, 0.0, 0.0) == judge(-1.0, 0.0, 0.0)
+    assert judge(0.0, 0.0, 0.0).reason == "no time elapsed"
+    assert judge(1.0, 2.0, 0.0, iterations=10).share == 100.0  # shares never pass 100
+
+
+def test_cpu_load_lines():
+    assert CpuLoad(90.0, 90.0, 2).load_pct == 90.0
+    assert CpuLoad(90.0, 90.0, 2).contended
+    assert not CpuLoad(90.0, 89.9, 2).contended  # load under 90%
+    assert not CpuLoad(150.0, 49.9, 2).contended  # the workers hold less than half a core
+    assert CpuLoad(150.0, 50.0, 2).contended
+    assert CpuLoad(50.0, 50.0, 0).load_pct == 100.0  # no cores known: counted as one
+    # known threads: contended only when the step got under 0.75 of what its compute needed
+    needed = CpuLoad(134.9, 100.0, 2, step_threads=4, compute_pct=90.0)
+    assert needed.needed_pct == 180.0 and needed.contended
+    assert not CpuLoad(135.0, 100.0, 2, step_threads=4, compute_pct=90.0).contended
+    assert CpuLoad(74.0, 150.0, 2, step_threads=1, compute_pct=100.0).contended
+    assert not CpuLoad(76.0, 150.0, 2, step_threads=1, compute_pct=100.0).contended
+
+
+def test_contention_wins_over_input_bound_but_not_over_gc_or_loop():
+    busy = CpuLoad(100.0, 100.0, 2)
+    assert judge(1.0, 0.5, 0.0, iterations=10, cpu=busy).kind == "cpu-contention"
+    assert judge(1.0, 0.0, 0.3, iterations=10, cpu=busy).kind == "gc-bound"
+    assert judge(1.0, 0.0, 0.0, 0.3, iterations=10, cpu=busy).kind == "loop-bound"
+    assert judge(1.0, 0.0, 0.0, iterations=10, cpu=busy).share == 100.0
+
+
+# -- the device's verdict (CUDA) -------------------------------------------------------------------------
+def test_device_input_bound_counts_only_the_idle_time_waiting_for_data():
+    at = judge_device(1.0, 0.2, 0.2, 0.2, 0.0, iterations=10)
+    assert at.kind == "input-bound" and at.share == 20.0
+    assert judge_device(1.0, 0.2, 0.2 - EPS, 0.2, 0.0, iterations=10).kind == "fine"
+    hidden = judge_device(1.0, 0.0, 0.0, 0.5, 0.0, iterations=10)  # a data wait hidden behind GPU work
+    assert hidden.kind == "fine"
+    assert hidden.reason == (
+        "0% of the time the GPU waited for data; data: 50 ms per batch, hidden behind 100 ms of GPU work"
+    )
+
+
+def test_device_gc_and_loop_take_the_idle_time_left_after_data():
+    gc = judge_device(1.0, 0.3, 0.1, 0.1, 0.1, iterations=10)
+    assert gc.kind == "gc-bound" and gc.share == 10.0
+    assert judge_device(1.0, 0.3, 0.25, 0.25, 0.1, iterations=10).kind == "input-bound"
+    assert judge_device(1.0, 0.15, 0.1, 0.1, 0.1, iterations=10).kind == "fine"  # GC mostly hidden: 5% idle
+    loop = judge_device(1.0, 0.3, 0.0, 0.0, 0.05, 0.3, iterations=10)
+    assert loop.kind == "loop-bound" and loop.share == 25.0  # idle 0.3: 0.05 GC first, 0.25 loop
+    assert judge_device(1.0, 0.3, 0.0, 0.0, 0.16, 0.3, iterations=10).kind == "gc-bound"  # 16% GC over 14% loop
+    assert judge_device(1.0, 0.3, 0.0, 0.0, 0.11, 0.3, iterations=10).kind == "fine"  # GC 11% under loop 19%"
+
+
+def test_device_host_bound_under_half_utilisation():
+    assert judge_device(1.0, 0.01, 0.0, 0.0, 0.0, iterations=10, utilization=49.9).kind == "host-bound"
+    assert judge_device(1.0, 0.01, 0.0, 0.0, 0.0, iterations=10, utilization=50.0).kind == "fine"
+    host = judge_device(1.0, 0.01, 0.0, 0.0, 0.0, iterations=10, utilization=30.0)
+    assert host.share == 70.0 and "waited between steps only 1%" in host.reason
+    fine = judge_device(1.0, 0.1, 0.0, 0.0, 0.0, iterations=10)
+    assert fine.reason == "0% of the time the GPU waited for data; 90 ms of GPU work per step"
+    assert judge_device(0.0, 0.0, 0.0, 0.0, 0.0).reason == "no time elapsed"
