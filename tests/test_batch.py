@@ -1,0 +1,77 @@
+"""How many samples a batch holds, for the shapes collates return; ``None`` where it cannot be known."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import torch
+
+from trainperf.torch import batch_size
+
+
+def t(*shape):
+    return torch.zeros(*shape)
+
+
+def test_tensors_and_fields_that_agree():
+    assert batch_size(t(7, 3)) == 7
+    assert batch_size(torch.tensor(1.0)) is None
+    assert batch_size((t(5, 2), t(5))) == 5
+    assert batch_size([t(5, 2), t(5), t(5, 9)]) == 5  # three fields whose rows agree
+    assert batch_size((t(6, 3), t(6, 3))) == 6  # two fields of one shape: (inputs, targets)
+    assert batch_size((t(6, 3), t(6, 3), t(6, 3))) == 6
+
+
+def test_lists_of_samples():
+    assert batch_size([t(3 + i) for i in range(4)]) == 4  # four sequences of different lengths
+    assert batch_size([t(3 + i) for i in range(32)]) == 32
+    assert batch_size([t(3), t(4), t(5)]) is None  # three that disagree: fields or samples?
+    assert batch_size([t(3), t(4)]) is None
+    assert batch_size([t(128)] * 4) is None  # four of one shape: fields or samples?
+    assert batch_size([torch.tensor(float(i)) for i in range(6)]) == 6  # one number per sample
+    assert batch_size([torch.tensor(1.0), t(3)]) is None
+    assert batch_size([{"a": 1}, {"a": 2}, {"a": 3}]) == 3
+    assert batch_size(["one", "two"]) == 2
+
+
+def test_images_of_different_sizes_are_samples_and_other_ranks_are_fields():
+    assert batch_size([t(3, 20, 30), t(3, 24, 18)]) == 2
+    assert batch_size([t(1, 28, 28 + i) for i in range(5)]) == 5
+    assert batch_size([t(3, 20, 30)] * 2) == 3  # one shape: (inputs, targets) of 3 rows each
+    assert batch_size([t(8, 20, 30), t(8, 24, 18)]) == 8  # 8 is no channel count: fields
+    assert batch_size([t(3, 20), t(3, 24)]) == 3  # not (C, H, W): fields
+    seq2seq = (t(32, 128), t(32, 128), t(32, 40), t(32, 40))
+    assert batch_size(seq2seq) == 32  # four fields of two shapes
+
+
+def test_mappings_and_nesting():
+    assert batch_size({"input_ids": t(4, 9), "labels": t(4, 9)}) == 4
+    assert batch_size({"input_ids": t(4, 9), "labels": t(5, 9)}) is None  # they disagree
+    assert batch_size({"input_ids": t(4, 9), "num_items": torch.tensor(3)}) == 4
+    assert batch_size(((t(8, 2), t(8, 3)), t(8))) == 8
+    assert batch_size([[{"x": t(2, 2)}]]) == 2  # a batch wrapped once: not one sample
+    assert batch_size((1, "text", t(4))) == 4
+    assert batch_size("no tensors") is None
+    assert batch_size([]) is None
+
+
+def test_transposed_batches_and_named_tuples():
+    images = tuple(t(3, 20 + i, 30) for i in range(5))
+    targets = tuple({"boxes": t(i + 1, 4)} for i in range(5))
+    assert batch_size((images, targets)) == 5
+    Batch = namedtuple("Batch", "x y")
+    assert batch_size(Batch(t(6, 2), t(6))) == 6
+    assert batch_size(Batch(t(6, 2), t(5))) is None
+
+
+def test_nesting_deeper_than_seven_levels_is_not_searched():
+    deep = t(9, 2)
+    for _ in range(7):
+        deep = {"a": deep}
+    assert batch_size(deep) == 9  # seven mappings deep: found
+    assert batch_size({"a": deep}) is None  # eight: not searched
+    wrapped = t(9, 2)
+    for _ in range(7):
+        wrapped = [wrapped]
+    assert batch_size(wrapped) == 9
+    assert batch_size([wrapped]) is None
