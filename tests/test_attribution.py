@@ -650,3 +650,27 @@ def test_the_loaders_workers_are_the_ones_that_count():
         opt.step()
     lst.close()
     assert len(seen[0]) == 1 and seen[0] == seen[-1]
+
+
+def test_a_ledger_lives_while_any_listener_on_its_clock_and_thread_does(clock):
+    from trainperf._own_time import ledgers_in_use
+
+    before = ledgers_in_use()
+    a, b = listener(clock), listener(clock)
+    assert ledgers_in_use() == before + 1  # one clock, one thread: one ledger
+    a.close()
+    assert ledgers_in_use() == before + 1
+    b.close()
+    assert ledgers_in_use() == before
+
+
+def test_a_reading_taken_before_a_report_is_placed_before_it(clock):
+    from trainperf._own_time import Ledger
+
+    ledger = Ledger()
+    ledger.add(0.5, at=10.0)
+    ledger.add(0.25, at=20.0)
+    assert ledger.total_at(5.0) == 0.0
+    assert ledger.total_at(10.0) == 0.5  # at the report's end, its time is behind
+    assert ledger.total_at(15.0) == 0.5
+    assert ledger.total_at(25.0) == 0.75
