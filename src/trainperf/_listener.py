@@ -32,6 +32,7 @@ from ._verdict import (
     Thresholds,
     judge,
     judge_device,
+    persists,
 )
 from ._window import WindowEntry, WindowFigures, percentile, window_figures
 from .sinks._base import FanOut, Sink, SinkError
@@ -63,13 +64,7 @@ class _RunTotals:
 
 class BottleneckWarning(UserWarning):
     """Issued once per run and bottleneck, when it persists: judged so in at least
-    :data:`PERSIST_WINDOWS` windows after the warm-up, and in at least :data:`PERSIST_SHARE` of them."""
-
-
-#: A bottleneck is warned about once it was the verdict of this many windows after the warm-up...
-PERSIST_WINDOWS = 3
-#: ...and of at least this share of those windows: a one-off slow window never warns.
-PERSIST_SHARE = 0.3
+    3 windows after the warm-up, and in at least 30% of them (see :func:`trainperf._verdict.persists`)."""
 
 
 def _usable_cores() -> int:
@@ -920,8 +915,7 @@ class PerformanceListener:
     def _persists(self, kind: str) -> bool:
         """Whether ``kind`` was the verdict of enough windows after the warm-up to warn about."""
         counts = self._totals.verdict_counts
-        seen = counts.get(kind, 0)
-        return seen >= PERSIST_WINDOWS and seen >= PERSIST_SHARE * sum(counts.values())
+        return persists(counts.get(kind, 0), sum(counts.values()))
 
     def _say_deferred(self) -> None:
         """Issue the warnings of the records just built, once they have reached every sink."""

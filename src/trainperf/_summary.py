@@ -6,11 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ._timeline import speedup
-from ._verdict import DEFAULT_THRESHOLDS, MATERIAL_MS, Thresholds
-
-#: A verdict of this many windows, and of this share of the judged ones, makes a bottleneck of the run.
-PERSIST_WINDOWS = 3
-PERSIST_SHARE = 0.3
+from ._verdict import DEFAULT_THRESHOLDS, MATERIAL_MS, Thresholds, persists
 
 __all__ = ["RunSummary", "build_summary"]
 
@@ -216,8 +212,7 @@ def build_summary(
             windows = verdict_counts.get(kind, 0)
             if kind in ("host-bound", "cpu-contention") and windows:  # no time of its own: its windows' share
                 share = 100.0 * windows / judged
-            persisted = windows >= PERSIST_WINDOWS and windows >= PERSIST_SHARE * judged
-            if (share >= threshold / 2 and seconds >= material_s) or persisted:
+            if (share >= threshold / 2 and seconds >= material_s) or persists(windows, judged):
                 bottlenecks.append(Bottleneck(kind, share, windows, tuple(fixes(kind)[:FIXES_PER_BOTTLENECK])))
     bottlenecks.sort(key=lambda b: -b.share)
     recommendations: list[str] = []

@@ -27,6 +27,18 @@ MATERIAL_MS = 0.5
 #: A window judged bad stays so while its share is above this fraction of the threshold, so a
 #: share that wanders around the line does not flip the verdict every window.
 HYSTERESIS = 0.8
+#: A bottleneck persists (it is warned about, and it is one of the run's) once it was the verdict of
+#: this many windows after the warm-up...
+PERSIST_WINDOWS = 3
+#: ...and of at least this share of those windows: a one-off slow window never is.
+PERSIST_SHARE = 0.3
+
+
+def persists(windows: int, judged: int) -> bool:
+    """Whether a verdict of ``windows`` of the ``judged`` windows after the warm-up is a bottleneck
+    that persists."""
+    return windows >= PERSIST_WINDOWS and windows >= PERSIST_SHARE * judged
+
 #: The training process and its loader workers together using at least this share of the cores
 #: they may run on, the workers at least ``CONTENTION_WORKERS_PCT`` of one core: they compete for CPU.
 CONTENTION_LOAD_PCT = 90.0

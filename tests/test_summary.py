@@ -1,0 +1,90 @@
+"""The end-of-run summary with plain numbers: shares that add up, and which bottlenecks it lists."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainperf._summary import FIXES_PER_BOTTLENECK, build_summary
+from trainperf._verdict import Thresholds
+
+
+def fixes(kind):
+    return [f"{kind} fix {i}" for i in range(5)]
+
+
+def summary(**kw):
+    base = dict(wall_s=10.0, etl_s=0.0, gc_s=0.0, other_s=0.0, iterations=1000, samples=8000,
+                verdict_counts={}, fixes=fixes)
+    return build_summary(**{**base, **kw})
+
+
+def test_the_four_shares_add_up_to_the_run():
+    s = summary(etl_s=2.0, gc_s=1.0, other_s=3.0)
+    assert s.compute_s == pytest.approx(4.0)
+    assert (s.etl_pct, s.gc_pct, s.other_pct, s.compute_pct) == pytest.approx((20.0, 10.0, 30.0, 40.0))
+    assert s.samples_per_sec == pytest.approx(800.0)
+    text = str(s)
+    assert "data wait    2.000 s   20.0%" in text and "compute      4.000 s   40.0%" in text
+    assert "other        3.000 s   30.0%" in text and "GC           1.000 s   10.0%" in text
+    assert "1000 iterations, in 10.00 s (800.0 samples/sec)" in text
+
+
+def test_a_bottleneck_of_the_run_needs_half_its_line_and_half_a_millisecond_per_iteration():
+    at = summary(etl_s=1.0)  # 10% of the run, 1 ms per iteration: half the 20% line
+    assert [b.kind for b in at.bottlenecks] == ["input-bound"]
+    assert at.bottlenecks[0].share == pytest.approx(10.0)
+    assert summary(etl_s=0.999).bottlenecks == ()
+    tiny = summary(wall_s=0.004, etl_s=0.002, iterations=10)  # 50% of the run but 0.2 ms per iteration
+    assert tiny.bottlenecks == ()
+    assert [b.kind for b in summary(wall_s=0.01, etl_s=0.005, iterations=10).bottlenecks] == ["input-bound"]
+    assert [b.kind for b in summary(gc_s=0.5).bottlenecks] == ["gc-bound"]
+    assert summary(gc_s=0.49).bottlenecks == ()
+    assert [b.kind for b in summary(other_s=1.0).bottlenecks] == ["loop-bound"]
+
+
+def test_a_verdict_that_persisted_is_a_bottleneck_of_the_run_a_one_off_is_not():
+    persisted = summary(verdict_counts={"fine": 7, "input-bound": 3})
+    assert [b.kind for b in persisted.bottlenecks] == ["input-bound"]
+    assert persisted.bottlenecks[0].windows == 3
+    assert summary(verdict_counts={"fine": 8, "input-bound": 2}).bottlenecks == ()  # two windows only
+    assert summary(verdict_counts={"fine": 8, "input-bound": 3}).bottlenecks == ()  # 27% of the windows
+    contention = summary(verdict_counts={"fine": 2, "cpu-contention": 6})
+    assert [(b.kind, b.share) for b in contention.bottlenecks] == [("cpu-contention", 75.0)]
+    assert [b.kind for b in summary(verdict_counts={"host-bound": 4}).bottlenecks] == ["host-bound"]
+
+
+def test_bottlenecks_come_largest_first_with_their_fixes_once():
+    s = summary(etl_s=1.5, gc_s=3.0, other_s=2.5)
+    assert [b.kind for b in s.bottlenecks] == ["gc-bound", "loop-bound", "input-bound"]
+    assert all(len(b.fixes) == FIXES_PER_BOTTLENECK for b in s.bottlenecks)
+    assert s.recommendations[:3] == ("gc-bound fix 0", "gc-bound fix 1", "gc-bound fix 2")
+    assert len(s.recommendations) == len(set(s.recommendations)) == 9
+    assert "gc-bound: 30% of the time, 0 window(s) judged so; fixes:" in str(s)
+
+
+def test_thresholds_move_the_lines():
+    strict = Thresholds(input_bound=5.0, gc_bound=1.0, loop_bound=50.0)
+    assert [b.kind for b in summary(etl_s=0.5, thresholds=strict).bottlenecks] == ["input-bound"]
+    assert summary(other_s=2.4, thresholds=strict).bottlenecks == ()
+
+
+def test_device_runs_judge_data_and_gc_by_the_devices_idle_time():
+    s = summary(etl_s=3.0, data_free_s=0.0, device_wall_s=10.0, device_idle_s=0.5)
+    assert s.bottlenecks == ()
+    assert s.speedup_if_data_free == pytest.approx(1.0)
+    assert "hidden behind" in s.gain_words()
+    waiting = summary(etl_s=3.0, data_free_s=2.0, device_wall_s=10.0, device_idle_s=2.5)
+    assert [b.kind for b in waiting.bottlenecks] == ["input-bound"]
+    assert waiting.gain_words() == (
+        "the GPU waited for data 20% of the time: free data would make this run 1.25x faster"
+    )
+
+
+def test_empty_and_all_data_runs():
+    assert str(summary(wall_s=0.0, iterations=0)).startswith("trainperf summary: no iterations")
+    assert summary(wall_s=0.0).bottlenecks == ()
+    assert summary(etl_s=10.0).gain_words() == "the run did nothing but wait for data"
+    assert summary(etl_s=2.5).gain_words() == (
+        "data wait took 25% of the time: free data would make this run 1.33x faster"
+    )
+    assert "no bottleneck found" in str(summary())
