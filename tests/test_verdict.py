@@ -147,3 +147,16 @@ def test_device_host_bound_under_half_utilisation():
     fine = judge_device(1.0, 0.1, 0.0, 0.0, 0.0, iterations=10)
     assert fine.reason == "0% of the time the GPU waited for data; 90 ms of GPU work per step"
     assert judge_device(0.0, 0.0, 0.0, 0.0, 0.0).reason == "no time elapsed"
+
+
+def test_shares_are_of_the_window_whatever_its_length():
+    """The same 2 s window judged on the host and on the device: shares are fractions of it."""
+    assert judge(2.0, 0.5, 0.0, iterations=10).share == 25.0
+    assert judge(2.0, 0.0, 0.3, iterations=10).share == 15.0
+    assert judge(2.0, 0.0, 0.0, 0.6, iterations=10).share == 30.0
+    assert judge_device(2.0, 0.5, 0.5, 0.5, 0.0, iterations=10).share == 25.0
+    assert judge_device(2.0, 0.5, 0.0, 0.0, 0.3, iterations=10).share == 15.0
+    assert judge_device(2.0, 0.6, 0.0, 0.0, 0.0, 0.6, iterations=10).share == 30.0
+    assert judge_device(2.0, 0.04, 0.0, 0.0, 0.0, iterations=10, utilization=20.0).reason.endswith(
+        "waited between steps only 2% of the time: the host cannot launch work fast enough"
+    )

@@ -108,3 +108,12 @@ def test_a_pause_longer_than_the_compute_with_other_time_beside_it():
     GC 6, data wait 6, compute 0."""
     fig = window_figures(0.0, [entry(0.014, etl=0.008, other=0.002)], pauses=[(0.004, 0.006, 0)])
     assert (fig.other_s, fig.gc_s, fig.etl_s, fig.compute_s) == pytest.approx((0.002, 0.006, 0.006, 0.0))
+
+
+def test_each_iterations_gap_loses_its_own_pause():
+    """Three 10 ms iterations whose 4 ms gaps each hold a 1 ms pause: data wait 3, GC 1 in each."""
+    entries = [entry(0.010 * k, started=0.010 * (k - 1) + 0.004) for k in (1, 2, 3)]
+    pauses = [(0.010 * (k - 1) + 0.001, 0.001, 0) for k in (1, 2, 3)]
+    fig = window_figures(0.0, entries, pauses=pauses)
+    assert fig.etls == pytest.approx((0.003, 0.003, 0.003))
+    assert (fig.etl_s, fig.gc_s, fig.compute_s) == pytest.approx((0.009, 0.003, 0.018))
