@@ -160,3 +160,16 @@ def test_shares_are_of_the_window_whatever_its_length():
     assert judge_device(2.0, 0.04, 0.0, 0.0, 0.0, iterations=10, utilization=20.0).reason.endswith(
         "waited between steps only 2% of the time: the host cannot launch work fast enough"
     )
+
+
+def test_the_devices_verdict_needs_a_material_amount_and_holds_down_to_its_hysteresis():
+    """A 15 us step with 6 us of idle time waiting for data is no input pipeline to fix."""
+    assert judge_device(10 * 15e-6, 10 * 6e-6, 10 * 6e-6, 10 * 6e-6, 0.0, iterations=10).kind == "fine"
+    assert judge_device(10 * 2e-3, 10 * 1e-3, 10 * 1e-3, 10 * 1e-3, 0.0, iterations=10).kind == "input-bound"
+    assert judge_device(10 * 2e-3, 10 * 1e-3, 0.0, 0.0, 10 * 0.49e-3, iterations=10).kind == "fine"  # GC under 0.5 ms
+    held = judge_device(1.0, 0.17, 0.17, 0.17, 0.0, iterations=10, previous="input-bound")
+    assert held.kind == "input-bound"
+    assert judge_device(1.0, 0.17, 0.17, 0.17, 0.0, iterations=10).kind == "fine"
+    assert judge_device(1.0, 0.15, 0.15, 0.15, 0.0, iterations=10, previous="input-bound").kind == "fine"
+    assert judge_device(1.0, 0.17, 0.0, 0.0, 0.0, 0.17, iterations=10, previous="loop-bound").kind == "loop-bound"
+    assert judge_device(1.0, 0.09, 0.0, 0.0, 0.09, iterations=10, previous="gc-bound").kind == "gc-bound"

@@ -842,6 +842,7 @@ class PerformanceListener:
             verdict = judge_device(
                 base_s, device.idle_s, data_free_s, etl_s, gc_s, figures.other_s, iterations=n,
                 utilization=hardware.get("gpu_utilization_pct"), thresholds=self.thresholds,
+                previous=self._previous_verdict,
             ) if self.verdict else None
         mean_s = sum(durations) / n
         record = build_record(dict(

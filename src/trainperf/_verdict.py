@@ -180,8 +180,13 @@ def judge_device(
     iterations: int = 1,
     utilization: float | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    previous: str | None = None,
 ) -> Verdict:
     """Verdict for one window on an asynchronous device (CUDA), from what the device did.
+
+    The rule of :func:`judge` holds here too: a share must reach its line and cost at least
+    :data:`MATERIAL_MS` of the device's idle time per iteration, and the previous window's bad
+    verdict holds down to :data:`HYSTERESIS` times its line.
 
     Host time counts only where the device sat idle for it: the device's idle time between steps
     goes first to the data wait before each forward (``data_idle_s``), then to GC pauses, then to
@@ -198,9 +203,15 @@ def judge_device(
         iterations: iterations in the window, for the per-batch figures in the reason.
         utilization: the GPU's utilisation in percent over the window (NVML), ``None`` when unknown.
         thresholds: the shares from which a window is input-, GC- or loop-bound.
+        previous: the previous window's verdict kind.
     """
     if window_s <= 0.0:
         return Verdict("fine", 0.0, "no time elapsed")
+    material_s = MATERIAL_MS / 1000.0 * max(1, iterations)
+
+    def line(kind: str, threshold: float) -> float:
+        return threshold * HYSTERESIS if kind == previous else threshold
+
     rest = max(0.0, idle_s - data_idle_s)
     gc_idle = min(rest, gc_s)
     loop_idle = min(max(0.0, rest - gc_idle), other_s)
@@ -208,18 +219,22 @@ def judge_device(
     gc_share = min(100.0, 100.0 * gc_idle / window_s)
     loop_share = min(100.0, 100.0 * loop_idle / window_s)
     idle_share = min(100.0, 100.0 * idle_s / window_s)
-    if data_share >= thresholds.input_bound and data_share >= max(gc_share, loop_share):
+    if (
+        data_share >= line("input-bound", thresholds.input_bound)
+        and data_share >= max(gc_share, loop_share)
+        and data_idle_s >= material_s
+    ):
         gain = speedup(window_s, data_idle_s)
         return Verdict(
             "input-bound", round(data_share, 1), f"{data_share:.0f}% of the time the GPU waited for data" +
             _gain_words("input-bound", gain)
         )
-    if gc_share >= thresholds.gc_bound and gc_share >= loop_share:
+    if gc_share >= line("gc-bound", thresholds.gc_bound) and gc_share >= loop_share and gc_idle >= material_s:
         return Verdict(
             "gc-bound", round(gc_share, 1), f"{gc_share:.0f}% of the time the GPU waited for garbage collection" +
             _gain_words("gc-bound", speedup(window_s, gc_idle))
         )
-    if loop_share >= thresholds.loop_bound:
+    if loop_share >= line("loop-bound", thresholds.loop_bound) and loop_idle >= material_s:
         return Verdict(
             "loop-bound", round(loop_share, 1),
             f"{loop_share:.0f}% of the time the GPU waited for the loop's own host work between steps",
