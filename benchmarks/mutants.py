@@ -46,40 +46,32 @@ def _docstring_nodes(tree: ast.AST) -> set[int]:
     return out
 
 
-def mutants_of(path: str) -> list[Mutant]:
-    text = Path(path).read_text()
-    tree = ast.parse(text)
-    skip = _docstring_nodes(tree)
-    spots: list[tuple[int, str]] = []
+def _spots(tree: ast.AST) -> list[tuple[ast.AST, str]]:
+    """Every place one mutation can go, in a fixed order (``ast.walk``'s)."""
+    docstrings = _docstring_nodes(tree)
+    spots: list[tuple[ast.AST, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
-            spots += [(id(node), f"compare{i}") for i, op in enumerate(node.ops) if type(op) in _COMPARE]
+            spots += [(node, f"compare{i}") for i, op in enumerate(node.ops) if type(op) in _COMPARE]
         elif isinstance(node, ast.BinOp) and type(node.op) in _BINOP:
-            spots.append((id(node), "binop"))
+            spots.append((node, "binop"))
         elif isinstance(node, ast.BoolOp):
-            spots.append((id(node), "boolop"))
-        elif isinstance(node, ast.Constant) and id(node) not in skip:
-            if isinstance(node.value, bool) or (isinstance(node.value, (int, float)) and not isinstance(node.value, bool)):
-                spots.append((id(node), "const"))
+            spots.append((node, "boolop"))
+        elif isinstance(node, ast.Constant) and id(node) not in docstrings:
+            if isinstance(node.value, (bool, int, float)):
+                spots.append((node, "const"))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
-            spots.append((id(node), "minmax"))
+            spots.append((node, "minmax"))
+    return spots
+
+
+def mutants_of(path: str) -> list[Mutant]:
+    """One mutant per spot of ``path``, each from a fresh parse of the file."""
+    text = Path(path).read_text()
     out = []
-    for index, (_, kind) in enumerate(spots):
+    for index in range(len(_spots(ast.parse(text)))):
         tree = ast.parse(text)
-        nodes = []
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Compare):
-                nodes += [(node, f"compare{i}") for i, op in enumerate(node.ops) if type(op) in _COMPARE]
-            elif isinstance(node, ast.BinOp) and type(node.op) in _BINOP:
-                nodes.append((node, "binop"))
-            elif isinstance(node, ast.BoolOp):
-                nodes.append((node, "boolop"))
-            elif isinstance(node, ast.Constant) and node.value is not None and not isinstance(node.value, (str, bytes)):
-                if id(node) not in _docstring_nodes(tree) and isinstance(node.value, (bool, int, float)):
-                    nodes.append((node, "const"))
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
-                nodes.append((node, "minmax"))
-        node, kind = nodes[index]
+        node, kind = _spots(tree)[index]
         what = _mutate(node, kind)
         out.append(Mutant(path, getattr(node, "lineno", 0), what, ast.unparse(tree)))
     return out
