@@ -88,3 +88,40 @@ def test_empty_and_all_data_runs():
         "data wait took 25% of the time: free data would make this run 1.33x faster"
     )
     assert "no bottleneck found" in str(summary())
+
+
+def test_the_devices_words_and_lines():
+    hidden = summary(etl_s=3.0, data_free_s=0.0, device_wall_s=10.0, device_idle_s=0.5)
+    assert hidden.gain_words() == "data: 3 ms per batch, hidden behind 10 ms of GPU work"  # 9.5 s over 1000
+    assert summary(device_wall_s=20.0, device_idle_s=0.0).gain_words() == "no data wait; 20 ms of GPU work per step"
+    just = summary(etl_s=1.0, data_free_s=0.1, device_wall_s=10.0, device_idle_s=0.1)  # 1.01x: said as a gain
+    assert just.gain_words().startswith("the GPU waited for data 1% of the time")
+    under = summary(etl_s=1.0, data_free_s=0.09, device_wall_s=10.0, device_idle_s=0.1)
+    assert under.gain_words().startswith("data: 1 ms per batch")
+    text = str(summary(device_wall_s=8.0, device_idle_s=2.0))
+    assert "GPU idle between steps    2.000 s   25.0%" in text
+    assert "GPU idle between steps    0.000 s    0.0%" in str(summary(device_wall_s=0.0))
+    assert "GPU idle" not in str(summary())
+
+
+def test_the_texts_lines():
+    text = str(summary(gc_s=0.2, verdict_counts={"fine": 5, "gc-bound": 2, "input-bound": 1}, total_iterations=1100))
+    assert "1000 of 1100 iterations, warm-up left out, in 10.00 s" in text
+    assert "GC-free training would make this run 1.02x faster" in text
+    assert "verdicts over 8 windows: fine 5, gc-bound 2, input-bound 1" in text
+    assert "GC-free" not in str(summary(gc_s=0.09))  # 1.009x: not said
+    assert "  other  " not in str(summary())  # no other time: no line
+    assert "(loop's own host work)" in str(summary(other_s=0.1))
+    assert "samples/sec" not in str(summary(samples=0))
+    assert summary(samples=0).samples_per_sec is None and summary(wall_s=0.0).samples_per_sec is None
+    assert "1000 iterations, in" in str(summary(total_iterations=1000))
+
+
+def test_the_shares_of_an_empty_run_and_the_dict():
+    empty = summary(wall_s=0.0, etl_s=0.0)
+    assert (empty.etl_pct, empty.compute_pct, empty.gc_pct, empty.other_pct) == (0.0, 0.0, 0.0, 0.0)
+    d = summary(etl_s=2.0, gc_s=1.0, other_s=3.0, verdict_counts={"input-bound": 4}).to_dict()
+    assert (d["etl_pct"], d["gc_pct"], d["other_pct"], d["compute_pct"]) == pytest.approx((20.0, 10.0, 30.0, 40.0))
+    assert d["bottlenecks"][0]["kind"] == "loop-bound" and d["speedup_if_data_free"] == pytest.approx(1.25)
+    assert d["speedup_if_gc_free"] == pytest.approx(10.0 / 9.0) and d["samples_per_sec"] == pytest.approx(800.0)
+    assert summary(etl_s=11.0).compute_s == 0.0  # never negative
