@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["GCMonitor", "gc_within"]
+__all__ = ["GCMonitor", "fetch_wait", "gc_within"]
 
 _GENERATIONS = 3
 #: Pauses kept between two reports; a window with more (a pathological allocation loop) places
@@ -26,6 +26,13 @@ def gc_within(pauses: list[tuple[float, float, int]], started: float, ended: flo
             break
         total += max(0.0, min(ended, begin + seconds) - max(started, begin))
     return total
+
+
+def fetch_wait(pauses: list[tuple[float, float, int]] | None, started: float, ended: float) -> float:
+    """The data wait of a loader fetch from ``started`` to ``ended``: its own collections (among
+    ``pauses``, ``None`` without GC reporting) left out, since they count as GC, once."""
+    spent = ended - started
+    return spent - gc_within(pauses, started, ended) if pauses else spent
 
 
 class GCMonitor:

@@ -23,12 +23,14 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._gc import gc_within
+import torch
+
+from .._gc import fetch_wait
 from .._listener import PerformanceListener
 from .._timeline import DeviceTimeline
 from ..sinks import LoggerSink, Sink
 from ..torch import _loop_hooks as loop_hooks
-from ..torch.shared import batch_size, join_cluster, loader_advisor, on_cuda_of, use_model_device
+from ..torch.shared import batch_size, join_cluster, loader_advisor, on_cuda_of, use_model_device, worker_pids
 from ._compat import callback_base
 
 if TYPE_CHECKING:
@@ -165,8 +167,6 @@ class PerformanceCallback(_CallbackBase):
         listener.set_loader_workers(lambda: self._worker_pids)
         listener.set_etl_source("loader")
         if device is not None and getattr(device, "type", None) == "cpu":
-            import torch
-
             listener.set_step_threads(torch.get_num_threads())
         self.thread = threading.get_ident()
         self.clock = self._clock
@@ -218,12 +218,10 @@ class PerformanceCallback(_CallbackBase):
             self._add_fetch(started, ended)
 
     def _add_fetch(self, started: float, ended: float) -> None:
-        pauses = self.listener.gc_pauses  # a fetch's own collections are GC, not data wait
-        self._gap_etl += ended - started - (gc_within(pauses, started, ended) if pauses else 0.0)
+        self._gap_etl += fetch_wait(self.listener.gc_pauses, started, ended)  # its collections are GC
 
     def on_loader(self, loader: Any, iterator: Any) -> None:
-        workers = getattr(iterator, "_workers", None) or ()
-        self._worker_pids = frozenset(pid for w in workers if isinstance(pid := getattr(w, "pid", None), int))
+        self._worker_pids = worker_pids(iterator)
 
     def on_scaler_update(self) -> None:
         return None

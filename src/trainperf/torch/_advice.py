@@ -44,6 +44,12 @@ def loader_settings(loader: Any) -> dict[str, Any] | None:
     }
 
 
+def worker_pids(iterator: Any) -> frozenset[int]:
+    """The process ids of a DataLoader iterator's worker processes (none without workers)."""
+    workers = getattr(iterator, "_workers", None) or ()
+    return frozenset(pid for w in workers if isinstance(pid := getattr(w, "pid", None), int))
+
+
 def on_cuda_of(listener: Any) -> Callable[[], bool]:
     """Whether ``listener``'s model runs on CUDA (its records carry a device index only there)."""
     return lambda: listener.device is not None

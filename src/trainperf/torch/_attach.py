@@ -33,11 +33,11 @@ import torch
 from torch import Tensor, is_grad_enabled
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from .._gc import gc_within
+from .._gc import fetch_wait
 from .._listener import PerformanceListener
 from .._timeline import DeviceTimeline
 from . import _loop_hooks as loop_hooks
-from ._advice import loader_advisor, on_cuda_of
+from ._advice import loader_advisor, on_cuda_of, worker_pids
 from ._batch import batch_size
 from ._tap import attachments_of, tap_of, untap
 from .shared import join_cluster, process_rank, use_model_device
@@ -166,10 +166,7 @@ class Attachment:
         ended an epoch: ``iter()`` starting workers, or the ``StopIteration`` of an exhausted loader)."""
         if not self._started:
             self._begin(started)
-        spent = ended - started
-        if self._gc_pauses:  # collections during the fetch count as GC, once
-            spent -= gc_within(self._gc_pauses, started, ended)
-        self._etl += spent
+        self._etl += fetch_wait(self._gc_pauses, started, ended)  # its collections count as GC, once
         if batch is None:
             # Not a sign that the next iteration started: what the loop does after the epoch's last
             # batch (evaluation, a checkpoint, printing) is its own host work, not the next step's.
@@ -193,8 +190,7 @@ class Attachment:
         """The training loop started iterating ``loader`` (a DataLoader): its settings back the
         advice, and its worker processes are the ones whose CPU use counts."""
         self._advisor = loader_advisor(loader, on_cuda_of(self.listener))
-        workers = getattr(iterator, "_workers", None) or ()
-        self._worker_pids = frozenset(pid for w in workers if isinstance(pid := getattr(w, "pid", None), int))
+        self._worker_pids = worker_pids(iterator)
 
     def _advise(self, kind: str) -> list[str]:
         return self._advisor(kind) if self._advisor is not None else []

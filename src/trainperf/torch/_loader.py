@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
-from .._gc import gc_within
+from .._gc import fetch_wait
 from .._listener import PerformanceListener
 from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor, on_cuda_of
@@ -78,7 +78,7 @@ class TimedLoader(Generic[T]):
                 return
             ends = [clock() for clock in clocks]
             for listener, started, ended in zip(listeners, starts, ends, strict=False):
-                listener.add_etl(_data_wait(listener, started, ended))
+                listener.add_etl(fetch_wait(listener.gc_pauses, started, ended))
             for attachment, started, ended in zip(attachments, starts[k:], ends[k:], strict=True):
                 attachment.on_fetch(started, ended, batch)
             yield batch
@@ -103,16 +103,10 @@ class TimedLoader(Generic[T]):
                 return
             ended = clock()
             if attachment is None:
-                listeners[0].add_etl(_data_wait(listeners[0], started, ended))
+                listeners[0].add_etl(fetch_wait(listeners[0].gc_pauses, started, ended))
             else:
                 attachment.on_fetch(started, ended, batch)
             yield batch
-
-
-def _data_wait(listener: PerformanceListener, started: float, ended: float) -> float:
-    """A fetch's data wait, its own collections left out (they count as GC, once)."""
-    pauses = listener.gc_pauses
-    return ended - started - (gc_within(pauses, started, ended) if pauses else 0.0)
 
 
 def timed(iterable: Iterable[T], *targets: Any) -> TimedLoader[T]:

@@ -10,14 +10,16 @@ import torch.distributed as dist
 
 from .._listener import PerformanceListener
 from .._timeline import DeviceTimeline
-from ._advice import loader_advisor, on_cuda_of
+from ._advice import loader_advisor, on_cuda_of, worker_pids
 from ._batch import batch_size
 from ._cluster import Cluster, forward_timer
 from ._cuda import AllocatorCounters, CudaTimeline, alloc_retries_reader, memory_probe
 from ._nvml import nvml_probe
 from ._tap import tap_of, untap
 
-__all__ = ["batch_size", "join_cluster", "loader_advisor", "on_cuda_of", "process_rank", "use_model_device"]
+__all__ = [
+    "batch_size", "join_cluster", "loader_advisor", "on_cuda_of", "process_rank", "use_model_device", "worker_pids",
+]
 
 
 def use_model_device(
