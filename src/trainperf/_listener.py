@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -10,7 +11,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -726,15 +727,20 @@ class PerformanceListener:
     def _report_locked(self, last: WindowEntry) -> PerformanceRecord | None:
         """Close the window that ``last`` ends. Its record is built now, or, with a device timeline,
         once the device has done the window's work; returns the newest record built by this call."""
-        began = self._raw_clock()
-        own = self._user_clock.own
-        own.busy += 1  # a collection from here on is trainperf's own time
+        try:
+            with self._own_work(new_window=True):
+                record = self._close_window(last)
+        finally:
+            self._reset_window(self._clock(), first=False)  # where the clock stood still: no gap
+        self._say_deferred()
+        return record
+
+    def _close_window(self, last: WindowEntry) -> PerformanceRecord | None:
         window_start = self._window_start
         window = self._window
         window.append(last)
         figures = window_figures(window_start, window, pauses=self._gc.take_pauses() if self._gc is not None else ())
         gc_stats, _ = self._collect_gc()
-        gc_s = figures.gc_s
         host = HostWindow(
             first_iteration=self._first_iteration,
             iteration=self._count,
@@ -742,7 +748,7 @@ class PerformanceListener:
             warmup=self._warmup,
             timestamp=self._wall_clock(),
             gc=gc_stats,
-            gc_s=gc_s,
+            gc_s=figures.gc_s,
             score=self._score,
             epoch=self.epoch,
             rank=self.rank,
@@ -754,24 +760,31 @@ class PerformanceListener:
             excluded=self._take_excluded(figures.iterations),
         )
         pending = self._pending
-        record: PerformanceRecord | None = None
-        try:
-            if pending is None:
-                record = self._emit(host, None)
-            else:
-                pending.add(host)
-                record = self._emit_all(pending.poll())
-            if self._run_dir is not None:  # the window's host timeline, once its iterations are known
-                write_timeline(self._run_dir, window_start, window, host.iteration, self._clock_shift())
-        finally:
-            # The report's own time (building the record, the sinks) belongs to no window of the
-            # user's: the clock stands still for it, and the next record says what it cost.
-            own.busy -= 1
-            self._overhead_s = 0.0
-            self._own_time(self._raw_clock() - began)
-            self._reset_window(self._clock(), first=False)
-        self._say_deferred()
+        record: PerformanceRecord | None
+        if pending is None:
+            record = self._emit(host, None)
+        else:
+            pending.add(host)
+            record = self._emit_all(pending.poll())
+        if self._run_dir is not None:  # the window's host timeline, once its iterations are known
+            write_timeline(self._run_dir, window_start, window, host.iteration, self._clock_shift())
         return record
+
+    @contextlib.contextmanager
+    def _own_work(self, *, new_window: bool = False) -> Iterator[None]:
+        """trainperf's own work (a report, a poll of the device): the clock of every listener on this
+        clock and thread stands still for it, a collection that starts in it is not the user's, and
+        it is counted as overhead (of the window that starts now, when ``new_window``)."""
+        began = self._raw_clock()
+        own = self._user_clock.own
+        own.busy += 1
+        try:
+            yield
+        finally:
+            own.busy -= 1
+            if new_window:
+                self._overhead_s = 0.0
+            self._own_time(self._raw_clock() - began)
 
     def _take_excluded(self, iterations: int) -> tuple[float, ...]:
         """Per iteration of the window just closed, the host seconds left out before it."""
@@ -794,14 +807,8 @@ class PerformanceListener:
             self._next_report = self._window_end
         if not done:
             return None
-        started = self._raw_clock()
-        own = self._user_clock.own
-        own.busy += 1
-        try:
+        with self._own_work():
             record = self._emit_all(done)
-        finally:
-            own.busy -= 1
-            self._own_time(self._raw_clock() - started)
         self._say_deferred()
         return record
 
@@ -1094,14 +1101,8 @@ class PerformanceListener:
                 self._score = self._timeline.stage(self._score)  # read after the wait below
             record = self._report_locked(self._window.pop())
         if self._pending is not None and len(self._pending):
-            started = self._raw_clock()
-            own = self._user_clock.own
-            own.busy += 1
-            try:
+            with self._own_work():
                 record = self._emit_all(self._drain()) or record
-            finally:
-                own.busy -= 1
-                self._own_time(self._raw_clock() - started)
             self._say_deferred()
         return record
 
