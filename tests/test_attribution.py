@@ -9,42 +9,18 @@ import warnings
 import pytest
 import torch
 
+from clocked import BATCH, ClockedData, CostlyNet
 from trainperf import BottleneckWarning, PerformanceListener
 from trainperf._verdict import CpuLoad, judge
-from trainperf.torch import attach, timed
-
-BATCH = 8
-
-
-class Data(torch.utils.data.Dataset):
-    """Each batch costs ``load_s`` on the fake clock."""
-
-    def __init__(self, clock, load_s: float, n: int) -> None:
-        self.clock, self.load_s, self.n = clock, load_s, n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i):
-        self.clock.advance(self.load_s)
-        return torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
+from trainperf.torch import ListenerModule, attach, timed
 
 
 def loader(clock, load_s=0.002, n=40, **kw):
-    return torch.utils.data.DataLoader(Data(clock, load_s, n), batch_size=None, **kw)
+    return torch.utils.data.DataLoader(ClockedData(clock, load_s, n), batch_size=None, **kw)
 
 
-class Net(torch.nn.Module):
-    """A forward pass costs ``compute_s`` on the fake clock."""
-
-    def __init__(self, clock, compute_s: float = 0.008) -> None:
-        super().__init__()
-        self.clock, self.compute_s = clock, compute_s
-        self.fc = torch.nn.Linear(4, 2)
-
-    def forward(self, x):
-        self.clock.advance(self.compute_s)
-        return self.fc(x)
+class ListenedNet(ListenerModule, CostlyNet):
+    """The net with ``set_listeners`` and ``fit``."""
 
 
 def step(model, opt, x, y):
@@ -89,7 +65,7 @@ def assert_split(lst, etl_ms, compute_ms, other_ms=0.0, verdict="fine"):
 # -- 1. trainperf's own time -------------------------------------------------------------------------
 def test_a_slow_sink_is_in_no_share_with_attach(clock):
     """A 50 ms sink at frequency 10: every window 2 ms data, 8 ms compute, 0 other, fine; overhead 50 ms."""
-    model = Net(clock)
+    model = CostlyNet(clock)
     lst = listener(clock, sinks=[slow_sink(clock)])
     attach(model, lst)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -103,12 +79,7 @@ def test_a_slow_sink_is_in_no_share_with_attach(clock):
 
 
 def test_a_slow_sink_is_in_no_share_with_timed_and_listener_module(clock):
-    from trainperf.torch import ListenerModule
-
-    class Module(ListenerModule, Net):
-        pass
-
-    model = Module(clock)
+    model = ListenedNet(clock)
     lst = listener(clock, sinks=[slow_sink(clock)])
     model.set_listeners(lst)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -119,12 +90,7 @@ def test_a_slow_sink_is_in_no_share_with_timed_and_listener_module(clock):
 
 
 def test_a_slow_sink_is_in_no_share_in_fit(clock):
-    from trainperf.torch import ListenerModule
-
-    class Module(ListenerModule, Net):
-        pass
-
-    model = Module(clock)
+    model = ListenedNet(clock)
     lst = listener(clock, sinks=[slow_sink(clock)])
     model.set_listeners(lst)
     model.fit(loader(clock, n=60), torch.optim.SGD(model.parameters(), lr=0.1), torch.nn.functional.cross_entropy)
@@ -133,7 +99,7 @@ def test_a_slow_sink_is_in_no_share_in_fit(clock):
 
 
 def test_two_listeners_on_one_model_keep_each_others_reports_out(clock):
-    model = Net(clock)
+    model = CostlyNet(clock)
     first = listener(clock, sinks=[slow_sink(clock, 0.03)])
     second = listener(clock, frequency=7, sinks=[slow_sink(clock, 0.07)])
     attach(model, first)
@@ -148,7 +114,7 @@ def test_two_listeners_on_one_model_keep_each_others_reports_out(clock):
 
 
 def test_a_run_directory_and_a_slow_sink_stay_out_of_the_first_windows(clock, tmp_path):
-    model = Net(clock)
+    model = CostlyNet(clock)
     lst = listener(clock, sinks=[slow_sink(clock)], run_dir=tmp_path / "run")
     attach(model, lst)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -160,7 +126,7 @@ def test_a_run_directory_and_a_slow_sink_stay_out_of_the_first_windows(clock, tm
 
 def test_loop_work_between_steps_is_other_and_the_report_is_not(clock):
     """5 ms of logging after each step is other time, with a slow sink beside it."""
-    model = Net(clock)
+    model = CostlyNet(clock)
     lst = listener(clock, sinks=[slow_sink(clock)])
     attach(model, lst)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -235,7 +201,7 @@ def test_gc_inside_the_step_comes_out_of_compute(clock):
 # -- 3. an epoch's edge ------------------------------------------------------------------------------
 def test_evaluation_after_an_epoch_is_other_time_not_compute(clock):
     """0.6 s of evaluation and a print after each 10-batch epoch: other, not compute."""
-    model = Net(clock)
+    model = CostlyNet(clock)
     lst = listener(clock, frequency=10)
     attach(model, lst)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -303,7 +269,7 @@ def test_a_detection_style_batch_counts_its_images():
 
 # -- 5. two models -----------------------------------------------------------------------------------
 def test_another_listened_models_step_is_not_this_models_other_time(clock):
-    gen, disc = Net(clock, 0.006), Net(clock, 0.004)
+    gen, disc = CostlyNet(clock, 0.006), CostlyNet(clock, 0.004)
     lst_gen, lst_disc = listener(clock), listener(clock)
     attach(gen, lst_gen)
     attach(disc, lst_disc)
@@ -324,7 +290,7 @@ def test_another_listened_models_step_is_not_this_models_other_time(clock):
 
 # -- 6. advice that fits the machine -------------------------------------------------------------------
 def test_attach_over_a_loader_without_workers_names_num_workers_and_no_pin_memory_on_the_cpu(clock):
-    model = Net(clock, 0.001)
+    model = CostlyNet(clock, 0.001)
     lst = listener(clock)
     attach(model, lst)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -481,13 +447,13 @@ def test_a_collection_in_excluded_time_is_left_out_with_it(clock):
 def test_a_collection_inside_a_loader_fetch_is_gc_not_data_wait_nor_compute(clock):
     holder = {}
 
-    class Collecting(Data):
+    class Collecting(ClockedData):
         def __getitem__(self, i):
             out = super().__getitem__(i)
             gc_pause(holder["lst"], clock, 0.003)
             return out
 
-    model = Net(clock)
+    model = CostlyNet(clock)
     lst = holder["lst"] = listener(clock, report_gc=True)
     attach(model, lst)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -520,7 +486,7 @@ def test_a_report_on_another_thread_does_not_move_this_threads_clock():
 
 
 def test_logging_after_two_models_steps_is_other_time_for_both(clock):
-    gen, disc = Net(clock, 0.006), Net(clock, 0.004)
+    gen, disc = CostlyNet(clock, 0.006), CostlyNet(clock, 0.004)
     lst_gen, lst_disc = listener(clock), listener(clock)
     attach(gen, lst_gen)
     attach(disc, lst_disc)
@@ -561,7 +527,7 @@ def test_started_read_before_another_listeners_report_keeps_its_data_wait(clock)
 
 
 def test_timed_gives_each_listener_its_own_clock(clock):
-    model = Net(clock)
+    model = CostlyNet(clock)
     a, b = listener(clock), listener(clock)
     attach(model, a)
     attach(model, b)

@@ -14,6 +14,7 @@ import warnings
 import pytest
 import torch
 
+from clocked import ClockedData
 from fake_device import FakeDevice, FakeTimeline
 from trainperf import PerformanceListener
 from trainperf.torch import attach
@@ -21,18 +22,6 @@ from trainperf.torch import attach
 MS = 0.001
 BATCH = 8
 LAUNCH_S = 0.5 * MS  # the host's cost of launching one step's kernels
-
-
-class ClockedData(torch.utils.data.Dataset):
-    def __init__(self, clock, load_s: float, n: int) -> None:
-        self.clock, self.load_s, self.n = clock, load_s, n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i):
-        self.clock.advance(self.load_s)
-        return torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
 
 
 class DeviceNet(torch.nn.Module):

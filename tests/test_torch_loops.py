@@ -12,6 +12,7 @@ import warnings
 import pytest
 import torch
 
+from clocked import CostlyNet
 from trainperf import BottleneckWarning, PerformanceListener
 from trainperf.torch import attach, timed
 
@@ -38,19 +39,6 @@ class ClockedData(torch.utils.data.Dataset):
 
 def loader(clock, load_s, n=40, **kw):
     return torch.utils.data.DataLoader(ClockedData(clock, load_s, n, **kw), batch_size=None)
-
-
-class CostlyNet(torch.nn.Module):
-    """A forward pass costs ``compute_s`` on the fake clock."""
-
-    def __init__(self, clock, compute_s: float) -> None:
-        super().__init__()
-        self.clock, self.compute_s = clock, compute_s
-        self.fc = torch.nn.Linear(4, 2)
-
-    def forward(self, x):
-        self.clock.advance(self.compute_s)
-        return self.fc(x)
 
 
 class CostlySGD(torch.optim.SGD):
