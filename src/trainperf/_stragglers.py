@@ -1,27 +1,42 @@
 """Which rank holds the others back, and why: a pure function of per-rank figures.
 
-With data-parallel training (DDP, FSDP) every rank waits for the slowest one in the gradient
-all-reduce, so all ranks show the same iteration time. What differs is how the time splits:
-the rank that arrives late at the collective (long data wait, or long forward pass) makes the
-others wait, and their wait lands in their own backward pass. This module compares the parts.
+With data-parallel training (DDP, FSDP) every rank waits for the slowest one in the collectives,
+so all ranks show the same iteration time. What differs is how the time splits: the rank that
+reaches the collective last waits least inside it, and the others' extra wait is its lateness.
+Its own time since the previous collective, split into phases, says why it is late.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["RankFigures", "Straggler", "find_stragglers", "cluster_line", "CAUSES"]
+__all__ = ["RankFigures", "Straggler", "find_stragglers", "cluster_line", "CAUSES", "rank_figures"]
 
-#: The causes a straggler can have.
-CAUSES = ("data", "compute", "communication")
+#: The causes a straggler can have; ``compute`` only when the step is not split into its phases.
+CAUSES = ("data", "forward", "backward", "optimizer", "host", "gc", "communication", "compute")
 
 #: A rank is late when it arrives this share of the median iteration time after the others...
 LATE_SHARE = 0.10
 #: ...and at least this many milliseconds after them.
 LATE_MIN_MS = 1.0
+#: GC is the cause when its extra pauses make up at least this share of the lateness (a pause
+#: inside the forward pass lengthens that phase too).
+GC_SHARE = 0.5
+
+#: Each cause's figure (a :class:`RankFigures` field) and how the evidence names it.
+_PHASES: tuple[tuple[str, str, str], ...] = (
+    ("data", "etl_ms", "data wait"),
+    ("forward", "forward_ms", "forward pass"),
+    ("backward", "backward_ms", "loss and backward up to its last gradient bucket"),
+    ("optimizer", "step_ms", "optimizer step"),
+    ("host", "other_ms", "host time after the step (logging, evaluation, checkpoints)"),
+    ("gc", "gc_ms", "garbage collection"),
+    ("communication", "comm_ms", "comm hook launching the all-reduce"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +47,17 @@ class RankFigures:
         rank: the rank.
         iterations: iterations the figures cover.
         etl_ms: mean data wait.
-        forward_ms: mean forward pass (host time), ``None`` when not measured.
-        compute_ms: mean time in the step (forward, backward with the all-reduce, optimizer step).
+        forward_ms: mean training forward pass (host time), ``None`` when not measured.
+        compute_ms: mean time in the step (forward, backward with the collectives, optimizer step).
         other_ms: mean host time that is neither data wait nor the step.
         iteration_ms: mean iteration time.
+        backward_ms: mean time from the forward pass's end to the last gradient bucket being ready.
+        step_ms: mean time from the backward pass's end to the optimizer step's end.
+        comm_ms: mean time in comm hooks launching the collectives.
+        wait_ms: mean time blocked in collectives; ``None`` when they are not timed.
+        gc_ms: mean garbage-collection pause.
+        gap: the data wait is the gap before the forward pass (no loader seen), so it holds the
+            loop's host work too.
     """
 
     rank: int
@@ -45,6 +67,12 @@ class RankFigures:
     compute_ms: float
     other_ms: float
     iteration_ms: float
+    backward_ms: float | None = None
+    step_ms: float | None = None
+    comm_ms: float | None = None
+    wait_ms: float | None = None
+    gc_ms: float = 0.0
+    gap: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +81,8 @@ class Straggler:
 
     Args:
         rank: the rank.
-        cause: ``data``, ``compute`` or ``communication``.
-        excess_ms: how much later than the others it arrives at the collective (for
-            ``communication``: how much longer its time after the forward pass is), per iteration.
+        cause: one of :data:`CAUSES`.
+        excess_ms: how much later than the others it reaches the collective, per iteration.
         evidence: the comparison in plain words.
     """
 
@@ -63,6 +90,31 @@ class Straggler:
     cause: str
     excess_ms: float
     evidence: str
+
+
+def rank_figures(rank: int, values: Mapping[str, object]) -> RankFigures | None:
+    """:class:`RankFigures` from a record's (or a window line's) fields: ``window_iterations``,
+    ``etl_ms``, ``compute_ms``, ``other_ms``, ``iteration_ms``, ``gc_total_ms``, ``etl_source`` and
+    the timed parts ``forward_ms``, ``backward_ms``, ``step_ms``, ``comm_ms``, ``wait_ms`` (at the
+    top level or in ``extra``); ``None`` when a needed figure is missing."""
+    extra = values.get("extra")
+    extra = extra if isinstance(extra, Mapping) else {}
+
+    def num(key: str) -> float | None:
+        v = values.get(key, extra.get(key))
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return None
+        return float(v)
+
+    n, etl, compute, it = num("window_iterations"), num("etl_ms"), num("compute_ms"), num("iteration_ms")
+    if n is None or n < 1 or etl is None or compute is None or it is None:
+        return None
+    gc_total = num("gc_total_ms")
+    return RankFigures(
+        rank, int(n), etl, num("forward_ms"), compute, num("other_ms") or 0.0, it,
+        backward_ms=num("backward_ms"), step_ms=num("step_ms"), comm_ms=num("comm_ms"), wait_ms=num("wait_ms"),
+        gc_ms=gc_total / n if gc_total is not None else 0.0, gap=values.get("etl_source") == "gap",
+    )
 
 
 def _medians_of_others(values: Sequence[float]) -> list[float]:
@@ -86,67 +138,80 @@ def _margin(figures: Sequence[RankFigures]) -> float:
     return max(LATE_SHARE * statistics.median(f.iteration_ms for f in figures), LATE_MIN_MS)
 
 
+def _phase(f: RankFigures, field: str) -> float | None:
+    value: float | None = getattr(f, field)
+    return value
+
+
 def find_stragglers(figures: Sequence[RankFigures]) -> list[Straggler]:
     """The rank that holds the others back, with its cause; an empty list when none does.
 
-    Arrival at the collective is data wait plus forward pass (plus the whole step when the forward
-    pass was not measured). The rank arriving latest by more than ``max(10% of the median iteration,
-    1 ms)`` over the median of the other ranks is the straggler: cause ``data`` when its extra data
-    wait explains most of the lateness, else ``compute``. Without a measured forward pass a rank
-    that waits longer for data still counts as late by its extra data wait, since under DDP the
-    others absorb that wait inside their own step. When no rank is late, a rank whose time after
-    the forward pass (backward, all-reduce, optimizer step) is the longest by that margin is named
-    with cause ``communication``.
+    When every rank's collectives are timed (``wait_ms``), the straggler is the rank that waits
+    least in them: the median of the others' wait less its own is how late it arrives, and it must
+    exceed ``max(10% of the median iteration, 1 ms)``. Otherwise arrival is what precedes the
+    collective: data wait, host time after the previous step, GC and the forward pass (the whole
+    step when the forward pass is not measured), and the latest rank by that margin is named.
+
+    The cause is the straggler's phase that exceeds the median of the other ranks' most: ``data``,
+    ``forward``, ``backward``, ``optimizer``, ``host``, ``communication``; ``gc`` first when its
+    extra pauses make up half of the lateness. A data wait that is only the gap before the forward
+    pass (no loader seen) also holds the loop's host work, so it is named ``host``.
 
     Args:
         figures: one entry per rank, over the same iterations; fewer than two ranks give no straggler.
 
     Example:
-        >>> ranks = [RankFigures(r, 100, 2.0, 5.0, 40.0, 0.0, 42.0) for r in range(3)]
-        >>> ranks.append(RankFigures(3, 100, 41.0, 5.0, 1.0, 0.0, 42.0))
+        >>> ranks = [RankFigures(r, 100, 2.0, 5.0, 40.0, 0.0, 42.0, wait_ms=30.0) for r in range(3)]
+        >>> ranks.append(RankFigures(3, 100, 31.0, 5.0, 11.0, 0.0, 42.0, wait_ms=1.0))
         >>> find_stragglers(ranks)[0].cause
         'data'
     """
     if len(figures) < 2:
         return []
     margin = _margin(figures)
-    forward_known = all(f.forward_ms is not None for f in figures)
-    etls = [f.etl_ms for f in figures]
-    works = [(f.forward_ms if forward_known and f.forward_ms is not None else f.compute_ms) for f in figures]
-    arrivals = [e + w for e, w in zip(etls, works, strict=True)]
-    etl_others, work_others, arrival_others = (_medians_of_others(x) for x in (etls, works, arrivals))
-
-    best: tuple[float, int, float] | None = None  # (lateness, index, data excess)
-    for i in range(len(figures)):
-        data_excess = etls[i] - etl_others[i]
-        lateness = max(arrivals[i] - arrival_others[i], data_excess)
-        if lateness > margin and (best is None or lateness > best[0]):
-            best = (lateness, i, data_excess)
-    if best is not None:
-        lateness, i, data_excess = best
-        f = figures[i]
-        if data_excess >= 0.5 * lateness:
-            evidence = (f"rank {f.rank}: data wait {etls[i]:.1f} ms vs {etl_others[i]:.1f} ms median; "
-                        "the others wait for it in all-reduce")
-            return [Straggler(f.rank, "data", lateness, evidence)]
-        part = "forward" if forward_known else "compute"
-        evidence = (f"rank {f.rank}: {part} {works[i]:.1f} ms vs {work_others[i]:.1f} ms median; "
-                    "the others wait for it in all-reduce")
-        return [Straggler(f.rank, "compute", lateness, evidence)]
-
-    if not forward_known:
+    waits = [f.wait_ms for f in figures]
+    timed = all(w is not None for w in waits)
+    if timed:
+        own = [-w for w in waits if w is not None]  # waiting least = arriving last
+    else:
+        forward_known = all(f.forward_ms is not None for f in figures)
+        own = [f.etl_ms + f.other_ms + f.gc_ms + ((f.forward_ms or 0.0) if forward_known else f.compute_ms)
+               for f in figures]
+    others = _medians_of_others(own)
+    lateness = [o - m for o, m in zip(own, others, strict=True)]
+    i = max(range(len(figures)), key=lambda k: lateness[k])
+    if lateness[i] <= margin:
         return []
-    after = [f.compute_ms - (f.forward_ms or 0.0) for f in figures]
-    after_others = _medians_of_others(after)
-    slowest = max(range(len(figures)), key=lambda k: after[k] - after_others[k])
-    excess = after[slowest] - after_others[slowest]
-    if excess > margin:
-        f = figures[slowest]
-        evidence = (f"rank {f.rank}: backward, all-reduce and step {after[slowest]:.1f} ms vs "
-                    f"{after_others[slowest]:.1f} ms median while it arrives on time; "
-                    "its link or collective is slow")
-        return [Straggler(f.rank, "communication", excess, evidence)]
-    return []
+    cause, evidence = _cause(figures, i, lateness[i], timed)
+    return [Straggler(figures[i].rank, cause, lateness[i], evidence)]
+
+
+def _cause(figures: Sequence[RankFigures], i: int, late: float, timed: bool) -> tuple[str, str]:
+    """The straggler's phase that exceeds the other ranks' most, and the evidence in words."""
+    excess: dict[str, tuple[float, float, float]] = {}  # cause -> (excess, its value, others' median)
+    phases = list(_PHASES) if timed or figures[i].forward_ms is not None else [*_PHASES, ("compute", "compute_ms", "step")]
+    for cause, field, _ in phases:
+        values = [_phase(f, field) for f in figures]
+        if any(v is None for v in values):
+            continue
+        known = [float(v) for v in values if v is not None]
+        median = _medians_of_others(known)[i]
+        excess[cause] = (known[i] - median, known[i], median)
+    f = figures[i]
+    tail = (f"the others wait {late:.1f} ms longer in the collective" if timed
+            else "the others wait for it in the collective")
+    if "gc" in excess and excess["gc"][0] >= GC_SHARE * late:
+        cause = "gc"
+    else:
+        cause = max((c for c in excess if c != "gc"), key=lambda c: excess[c][0], default="compute")
+    if cause not in excess:
+        return cause, f"rank {f.rank} reaches the collective {late:.1f} ms late; {tail}"
+    _, value, median = excess[cause]
+    words = next((w for c, _, w in _PHASES if c == cause), "step")
+    if cause == "data" and f.gap:
+        cause = "host"
+        words = "time before the forward pass (data from an untimed iterable, or host work)"
+    return cause, f"rank {f.rank}: {words} {value:.1f} ms vs {median:.1f} ms median of the others; {tail}"
 
 
 def cluster_line(figures: Sequence[RankFigures], stragglers: Sequence[Straggler] | None = None) -> str:

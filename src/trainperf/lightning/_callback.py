@@ -30,7 +30,7 @@ from .._listener import PerformanceListener
 from .._timeline import DeviceTimeline
 from ..sinks import LoggerSink, Sink
 from ..torch import _loop_hooks as loop_hooks
-from ..torch.shared import batch_size, join_cluster, loader_advisor, on_cuda_of, use_model_device, worker_pids
+from ..torch.shared import batch_size, join_cluster, loader_advisor, time_collectives, on_cuda_of, use_model_device, worker_pids
 from ._compat import callback_base
 
 if TYPE_CHECKING:
@@ -131,6 +131,7 @@ class PerformanceCallback(_CallbackBase):
         self._logger_sink: Sink | None = None
         self._trainer: Any = None
         self._timeline: DeviceTimeline | None = None
+        self._collective: Any = None  # a distributed run's forward and collective timing
 
     # -- set-up ---------------------------------------------------------------------------
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -154,7 +155,8 @@ class PerformanceCallback(_CallbackBase):
         self._timeline = listener.timeline
         if getattr(trainer, "world_size", 1) > 1:
             listener.set_rank(trainer.global_rank)
-            join_cluster(listener, pl_module)  # a no-op without an initialised process group
+            if join_cluster(listener):  # a no-op without an initialised process group
+                self._collective = time_collectives(listener, pl_module, _ddp_of(trainer))
         self._last_step = trainer.global_step
         # Manual optimization may step several optimizers per batch (a GAN): an iteration is then
         # one training batch, and the record counts its optimizer steps.
@@ -209,6 +211,8 @@ class PerformanceCallback(_CallbackBase):
         score = None
         if self.listener.report_score:
             score = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if self._collective is not None:
+            self._collective.on_step(self._clock())
         self.listener.record_iteration(self._samples, self._micro, self._etl, score, None, self._other, steps)
         self._boundary = self._clock()  # trainperf's own time since is not on this clock
 
@@ -325,3 +329,9 @@ def _samples_reader(combined: Any) -> Callable[[Any], int | None]:
         return total
 
     return per_loader
+
+
+def _ddp_of(trainer: Any) -> Any:
+    """The trainer's ``DistributedDataParallel`` model, else ``None`` (FSDP, a single device)."""
+    model = getattr(getattr(trainer, "strategy", None), "model", None)
+    return model if isinstance(model, torch.nn.parallel.DistributedDataParallel) else None

@@ -40,7 +40,8 @@ from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor, on_cuda_of, worker_pids
 from ._batch import batch_size
 from ._tap import attachments_of, tap_of, untap
-from .shared import join_cluster, process_rank, use_model_device
+from ._collective import CollectiveTimer
+from .shared import join_cluster, process_rank, time_collectives, use_model_device
 
 __all__ = ["Attachment", "attach", "detach"]
 
@@ -84,6 +85,8 @@ class Attachment:
         self._step_depth = 0
         self._hooks: list[Any] = []  # handles of per-optimizer hooks
         self._peers: list[weakref.ref[Attachment]] = []  # attachments on other models, told of each step
+        self._collective: CollectiveTimer | None = None  # a distributed run's forward and collective timing
+        self._collective_pending = False
         self._reset_iteration()
         # Which optimizers train this model, weakly keyed: an optimizer outlives many attachments.
         self._owned: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
@@ -126,6 +129,9 @@ class Attachment:
                 self._taps_work = True
                 if not self._started:
                     self._begin(now)
+            if self._collective_pending:  # the first training forward of a distributed run: DDP is on the stack
+                self._collective_pending = False
+                self._collective = time_collectives(self.listener, self.model)
             if self._timeline is not None and not self._fetched:  # no loader seen: it starts here
                 self._timeline.begin()
             if self._activity is None:
@@ -249,6 +255,8 @@ class Attachment:
         if self._inputs:
             self._inputs = []
         self._boundary = now
+        if self._collective is not None:
+            self._collective.on_step(now)
         peers = self._peers
         if peers:  # other listened models' loops: this step is their loop's training work too
             self._tell_peers(activity if activity is not None else now)
@@ -279,7 +287,7 @@ class Attachment:
         rank = process_rank()
         if rank is not None:
             self.listener.set_rank(rank)
-            join_cluster(self.listener, self.model)
+            self._collective_pending = join_cluster(self.listener)
         self.listener.set_etl_source("loader")
         if param is not None and param.device.type == "cpu":
             self.listener.set_step_threads(torch.get_num_threads())

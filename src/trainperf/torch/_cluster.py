@@ -1,64 +1,90 @@
 """trainperf's own traffic between the ranks of a ``torch.distributed`` run.
 
-On a gloo group of its own, with small CPU tensors and point-to-point messages (never on the
-training's NCCL group, never touching the device):
+Everything goes through the run's key-value store (a connection of its own) on a thread of its
+own, never through a collective and never on the training thread, so a rank without a listener,
+ranks that report at other rates, a rank that dies or one that never closes cannot block or break
+training:
 
+* **joining**: each rank posts a greeting; rank 0 welcomes every rank it sees within ``timeout_s``
+  and warns once about the others; a rank rank 0 never welcomes turns its traffic off, once warned;
 * **clocks**: rank 0 estimates each rank's wall-clock offset by ping-pong (several round trips,
-  the shortest kept; uncertainty = half of it), at start and every few gathers, so drift shows;
-* **gathers**: every ``every`` reports each rank sends rank 0 its mean figures over those reports
-  (nine numbers); rank 0 names the straggler and its cause in one cluster line;
-* **files**: at the end each rank sends rank 0 its run-directory files, so that rank 0's folder
-  alone is enough for ``trainperf report`` when the ranks' disks are not shared.
+  the shortest kept; uncertainty = half of it), on joining and every few gathers, so drift shows;
+* **gathers**: every ``every`` reports each rank posts its mean figures over them; rank 0 reads
+  what has arrived and names the straggler and its cause in one cluster line;
+* **liveness**: each rank posts a heartbeat; a rank whose heartbeat is older than ``timeout_s`` is
+  marked silent (said once, written to the run directory) and left out from then on;
+* **closing**: each rank posts its last figures and its run-directory files, then a goodbye; rank
+  0 waits for the goodbyes at most ``timeout_s`` and writes the files into its own run directory, so
+  that folder alone is enough for ``trainperf report`` when the ranks' disks are not shared.
 
-A rank that does not answer within ``timeout_s`` is marked silent (said once, written to the run
-directory) and left out from then on: no rank waits for it again. Any failure of this traffic
-turns it off with one warning; training goes on.
+Any failure of this traffic turns it off with one warning; training goes on.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import math
+import queue
+import threading
 import time
 import warnings
-from collections.abc import Callable
-from datetime import timedelta
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-import torch.distributed as dist
-
 from .._listener import PerformanceListener
 from .._record import PerformanceRecord
-from .._stragglers import RankFigures, cluster_line, find_stragglers
+from .._stragglers import RankFigures, cluster_line, find_stragglers, rank_figures
 from ..sinks._rundir import RunDirSink, rank_dir
 
-__all__ = ["Cluster"]
+__all__ = ["Cluster", "default_store"]
 
 _LOG = logging.getLogger("trainperf")
-#: The figures a rank sends per gather: sequence number, wall time, iterations, then mean
-#: milliseconds per iteration of data wait, forward (NaN when unknown), step, other host time and
-#: iteration time, and the last iteration number.
-_FIELDS = 9
 #: Round trips per clock estimate; the shortest counts.
-_PINGS = 8
+_PINGS = 12
 #: Clocks are estimated again every this many gathers.
 _CLOCK_EVERY = 10
 #: The run-directory files sent to rank 0 at the end.
 _FILES = ("meta.json", "windows.jsonl", "timeline.jsonl", "clock.jsonl")
-#: At most this many bytes of one rank's files go to rank 0.
+#: At most this many bytes of one rank's files go to rank 0, in pieces of ``_CHUNK`` bytes (a
+#: store takes values of a few MiB at most).
 _MAX_FILE_BYTES = 64 << 20
+_CHUNK = 1 << 20
+#: How often the link's thread looks for work when idle, and how often a rank posts a heartbeat.
+_POLL_S = 0.05
+_BEAT_S = 1.0
+#: The figures a rank posts per gather (means per iteration).
+_TIMES = ("etl_ms", "forward_ms", "backward_ms", "comm_ms", "wait_ms", "step_ms", "compute_ms", "other_ms",
+          "iteration_ms")
+
+_links = itertools.count(1)
+
+
+def default_store() -> Any:
+    """The store of the initialised default process group, on a connection of its own when it can
+    have one (waits on a shared connection would hold the training's store calls)."""
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    store = _get_default_store()
+    try:
+        return store.clone()
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return store
 
 
 class Cluster:
-    """The ranks' link for one listener: a sink that, every ``every`` reports, gathers the ranks'
-    figures on rank 0; see the module's docstring.
+    """The ranks' link for one listener: a sink that, every ``every`` reports, posts this rank's
+    figures and on rank 0 names the straggler; see the module's docstring.
 
     Args:
         listener: this rank's listener.
+        rank: this rank; ``world``: the number of ranks.
+        store: the run's key-value store (``torch.distributed.Store``); the default process
+            group's by default.
         every: gather every this many reports.
-        timeout_s: the longest any rank waits for another.
+        timeout_s: the longest this rank's link waits for another rank (never on the training thread).
         wall_clock: the clock whose offsets are estimated (the listener's wall clock).
     """
 
@@ -66,254 +92,415 @@ class Cluster:
         self,
         listener: PerformanceListener,
         *,
+        rank: int,
+        world: int,
+        store: Any = None,
         every: int = 10,
         timeout_s: float = 30.0,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        import torch.distributed as dist
+
         self.listener = listener
+        self.rank, self.world = rank, world
         self.every = every
         self.timeout_s = timeout_s
         self._wall = wall_clock
-        self.rank = dist.get_rank()
-        self.world = dist.get_world_size()
-        self.group: Any = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+        base = default_store() if store is None else store
+        self._store = dist.PrefixStore(f"trainperf/{next(_links)}/", base)
         self.silent: dict[int, float] = {}
         self.offsets: dict[int, tuple[float, float]] = {}
         self.lines: list[str] = []
-        self._on = True
-        self._reports: list[PerformanceRecord] = []
-        self._gathers = 0
-        self._seq = 0
+        self.joined: set[int] = set()
         self._run_dir = next((s for s in listener.sinks if isinstance(s, RunDirSink)), None)
-        self.align_clocks()
+        self._reports: list[PerformanceRecord] = []
+        self._tasks: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._messages: list[str] = []
+        self._warned = False
+        self._on = True
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"trainperf-cluster-{rank}", daemon=True)
+        self._thread.start()
+        # closed before the sinks are: the last gather and the files still reach the run directory
+        listener.on_close(self.close)
 
-    # -- the sink --------------------------------------------------------------------------------
+    # -- the sink (training thread) ------------------------------------------------------------
     def __call__(self, record: PerformanceRecord) -> None:
+        if self._messages:
+            self._say()
         if not self._on:
             return
         self._reports.append(record)
         if len(self._reports) >= self.every:
-            self.gather()
+            reports, self._reports = self._reports, []
+            self._tasks.put(("gather", reports))
 
     def close(self) -> None:
-        """A last gather of what is left, then the files to rank 0; the group is released."""
-        if not self._on:
+        """Post the last figures and the files (rank 0: wait for the others' at most ``timeout_s``),
+        then stop the link's thread."""
+        if self._closed:
             return
-        if self._reports:
-            self.gather()
-        self._send_files()
-        self._on = False
-
-    # -- clocks ----------------------------------------------------------------------------------
-    def align_clocks(self) -> None:
-        """Estimate every rank's offset to rank 0's wall clock; each rank writes its own."""
-        self._guard(self._align)
-
-    def _align(self) -> None:
-        buf = torch.zeros(2, dtype=torch.float64)
-        if self.rank == 0:
-            for peer in self._peers():
-                best: tuple[float, float] | None = None
-                for _ in range(_PINGS):
-                    sent = self._wall()
-                    if not self._p2p(dist.send, torch.tensor([sent, 0.0], dtype=torch.float64), peer):
-                        break
-                    if not self._p2p(dist.recv, buf, peer):
-                        break
-                    back = self._wall()
-                    rtt = back - sent
-                    offset = (sent + back) / 2.0 - float(buf[0])  # add to the peer's clock: rank 0's
-                    if best is None or rtt / 2.0 < best[1]:
-                        best = (offset, rtt / 2.0)
-                if best is not None and peer not in self.silent:
-                    self.offsets[peer] = best
-                    self._p2p(dist.send, torch.tensor(best, dtype=torch.float64), peer)
-            if self._run_dir is not None:
-                self._run_dir.clock(self._wall(), 0.0, 0.0, "reference")
-            return
-        for _ in range(_PINGS):
-            if not self._p2p(dist.recv, buf, 0):
-                return
-            self._p2p(dist.send, torch.tensor([self._wall(), 0.0], dtype=torch.float64), 0)
-        if self._p2p(dist.recv, buf, 0):
-            offset, uncertainty = float(buf[0]), float(buf[1])
-            self.offsets[self.rank] = (offset, uncertainty)
-            if self._run_dir is not None:
-                self._run_dir.clock(self._wall(), offset, uncertainty, "aligned")
-
-    # -- gathers ---------------------------------------------------------------------------------
-    def gather(self) -> None:
-        """Send this rank's figures since the last gather to rank 0; rank 0 names the straggler."""
+        self._closed = True
         reports, self._reports = self._reports, []
-        self._seq += 1
-        self._guard(lambda: self._gather(reports))
-        self._gathers += 1
-        if self._on and self._gathers % _CLOCK_EVERY == 0:
-            self.align_clocks()
+        self._tasks.put(("close", reports))
+        self._thread.join(self.timeout_s + 10.0)
+        self._say()
+
+    def _say(self) -> None:
+        messages, self._messages = self._messages, []
+        if messages and not self._warned:
+            self._warned = True  # one warning per run, whatever happens after
+            warnings.warn("trainperf: " + "; ".join(messages), RuntimeWarning, stacklevel=3)
+
+    # -- the link's thread -----------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._store.set(f"hello/{self.rank}", repr(self._wall()))
+            if self.rank == 0:
+                _Leader(self).run()
+            else:
+                _Member(self).run()
+        except Exception as exc:  # noqa: BLE001 - our own traffic must never stop training
+            self._off(f"figures across ranks are off for this run: {type(exc).__name__}: {exc}")
+
+    def _off(self, why: str) -> None:
+        if self._on:
+            self._on = False
+            self._messages.append(why)
+
+    def _next_task(self, timeout: float) -> tuple[str, Any] | None:
+        try:
+            return self._tasks.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def _has(self, key: str) -> bool:
+        return bool(self._store.check([key]))
+
+    def _take(self, key: str) -> bytes | None:
+        """The value at ``key`` and the key removed, or ``None`` when it is not there (never waits)."""
+        store = self._store
+        if not store.check([key]):
+            return None
+        value: bytes = store.get(key)
+        store.delete_key(key)
+        return value
+
+
+class _Member:
+    """A rank other than 0: posts figures, answers clock pings, sends its files at the end."""
+
+    def __init__(self, link: Cluster) -> None:
+        self.link = link
+        self.store = link._store
+        self.rank = link.rank
+        self.welcomed = False
+        self.seq = 0
+        self.round = 0
+        self.beat = 0.0
+        self.began = time.monotonic()
+
+    def run(self) -> None:
+        link = self.link
+        while True:
+            task = link._next_task(_POLL_S)
+            self._tick()
+            if task is None:
+                continue
+            kind, reports = task
+            if kind == "close":
+                self._close(reports)
+                return
+            if link._on and self.welcomed:
+                self._post(reports)
+
+    def _tick(self) -> None:
+        link, store, now = self.link, self.store, time.monotonic()
+        if not link._on:
+            return
+        if not self.welcomed:
+            if link._has(f"welcome/{self.rank}"):
+                self.welcomed = True
+            elif now - self.began > link.timeout_s:
+                link._off(f"rank 0 did not link within {link.timeout_s:g} s (no listener there?); "
+                          "this rank's figures stay in its own files")
+                return
+        if now - self.beat >= _BEAT_S:
+            self.beat = now
+            store.set(f"beat/{self.rank}", repr(link._wall()))
+        self._answer_pings()
+
+    def _answer_pings(self) -> None:
+        link, store, rank = self.link, self.store, self.rank
+        if not link._has(f"ping/{rank}/{self.round}/0"):
+            return
+        for i in range(_PINGS):
+            key = f"ping/{rank}/{self.round}/{i}"
+            deadline = time.monotonic() + 1.0
+            while not store.check([key]):
+                if time.monotonic() > deadline:
+                    break
+            else:
+                store.set(f"pong/{rank}/{self.round}/{i}", repr(link._wall()))
+                continue
+            break
+        deadline = time.monotonic() + 2.0
+        key = f"offset/{rank}/{self.round}"
+        while not store.check([key]) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        value = link._take(key)
+        self.round += 1
+        if value:
+            offset, uncertainty = (float(x) for x in value.decode().split(","))
+            if math.isfinite(offset):
+                link.offsets[rank] = (offset, uncertainty)
+                if link._run_dir is not None:
+                    link._run_dir.clock(link._wall(), offset, uncertainty, "aligned")
+
+    def _post(self, reports: list[PerformanceRecord]) -> None:
+        if not reports:
+            return
+        self.seq += 1
+        self.store.set(f"fig/{self.rank}/{self.seq}", json.dumps(_figures(reports)))
+
+    def _close(self, reports: list[PerformanceRecord]) -> None:
+        link = self.link
+        if not link._on or not self.welcomed:
+            return
+        self._post(reports)
+        run_dir = link._run_dir
+        if run_dir is not None:
+            for name in _FILES:
+                path = run_dir.path / name
+                data = path.read_bytes()[-_MAX_FILE_BYTES:] if path.exists() else b""
+                pieces = [data[k : k + _CHUNK] for k in range(0, len(data), _CHUNK)]
+                for k, piece in enumerate(pieces):
+                    self.store.set(f"file/{self.rank}/{name}/{k}", piece)
+                self.store.set(f"file/{self.rank}/{name}", str(len(pieces)))
+        self.store.set(f"bye/{self.rank}", repr(link._wall()))
+
+
+class _Leader:
+    """Rank 0: welcomes the ranks, estimates their clocks, reads their figures, names stragglers."""
+
+    def __init__(self, link: Cluster) -> None:
+        self.link = link
+        self.store = link._store
+        self.began = time.monotonic()
+        self.waiting = set(range(1, link.world))  # not joined yet
+        self.seen: dict[int, float] = {}  # rank -> monotonic time of its last sign of life
+        self.wall_seen: dict[int, float] = {}  # rank -> its last heartbeat, on its wall clock
+        self.latest: dict[int, dict[str, Any]] = {}
+        self.next_seq: dict[int, int] = {}
+        self.rounds: dict[int, int] = {}
+        self.gathers = 0
+        self.last_look = 0.0
+
+    def run(self) -> None:
+        link = self.link
+        if link._run_dir is not None:
+            link._run_dir.clock(link._wall(), 0.0, 0.0, "reference")
+        while True:
+            task = link._next_task(_POLL_S)
+            if link._on and self.waiting and time.monotonic() - self.last_look >= 0.1:
+                self._welcome()
+            if task is None:
+                continue
+            kind, reports = task
+            if not link._on:
+                if kind == "close":
+                    return
+                continue
+            if kind == "close":
+                self._close(reports)
+                return
+            self._gather(reports)
+
+    def _welcome(self) -> None:
+        link = self.link
+        self.last_look = time.monotonic()
+        for peer in sorted(self.waiting):
+            if link._has(f"hello/{peer}"):
+                self.waiting.discard(peer)
+                link.joined.add(peer)
+                self.seen[peer] = time.monotonic()
+                self.store.set(f"welcome/{peer}", "1")
+                self.next_seq[peer] = 1
+                self._align(peer)
+        if self.waiting and time.monotonic() - self.began > link.timeout_s:
+            missing = ", ".join(str(r) for r in sorted(self.waiting))
+            self.waiting.clear()
+            if not link.joined:
+                link._off(f"no other rank linked within {link.timeout_s:g} s (listeners on rank 0 only?); "
+                          "figures across ranks are off, this rank's own are kept")
+            else:
+                link._messages.append(f"rank(s) {missing} did not link within {link.timeout_s:g} s; "
+                                      "the cluster view covers the others")
+
+    def _align(self, peer: int) -> None:
+        """Ping-pong with ``peer``; the shortest round trip gives its offset, posted back to it."""
+        link, store = self.link, self.store
+        k = self.rounds.get(peer, 0)
+        self.rounds[peer] = k + 1
+        best: tuple[float, float] | None = None
+        for i in range(_PINGS):
+            sent = link._wall()
+            store.set(f"ping/{peer}/{k}/{i}", repr(sent))
+            key = f"pong/{peer}/{k}/{i}"
+            deadline = time.monotonic() + (link.timeout_s if i == 0 else 1.0)
+            while not store.check([key]):
+                if time.monotonic() > deadline:
+                    break
+            else:
+                back = link._wall()
+                theirs = float(store.get(key).decode())
+                half = (back - sent) / 2.0
+                if best is None or half < best[1]:
+                    best = ((sent + back) / 2.0 - theirs, half)
+                continue
+            break
+        for i in range(_PINGS):
+            for name in ("ping", "pong"):
+                store.delete_key(f"{name}/{peer}/{k}/{i}")
+        offset, half = best if best is not None else (math.nan, math.nan)
+        store.set(f"offset/{peer}/{k}", f"{offset!r},{half!r}")
+        if best is not None:
+            link.offsets[peer] = best
+
+    def _live_peers(self) -> list[int]:
+        return [p for p in sorted(self.link.joined) if p not in self.link.silent]
+
+    def _read(self, peer: int) -> bool:
+        """Read what ``peer`` posted since the last look; whether it closed."""
+        link = self.link
+        while True:
+            value = link._take(f"fig/{peer}/{self.next_seq[peer]}")
+            if value is None:
+                break
+            self.next_seq[peer] += 1
+            self.latest[peer] = json.loads(value)
+            self.seen[peer] = time.monotonic()
+        beat = link._take(f"beat/{peer}")
+        if beat is not None:
+            self.seen[peer] = time.monotonic()
+            self.wall_seen[peer] = float(beat.decode())
+        return link._has(f"bye/{peer}")
 
     def _gather(self, reports: list[PerformanceRecord]) -> None:
-        mine = _figures(self._seq, self._wall(), reports)
-        if self.rank != 0:
-            self._p2p(dist.send, mine, 0)
-            return
-        received = {0: mine}
-        for peer in self._peers():
-            buf = torch.zeros(_FIELDS, dtype=torch.float64)
-            if self._p2p(dist.recv, buf, peer):
-                received[peer] = buf
-        found = [_rank_figures(rank, values) for rank, values in sorted(received.items())]
+        link = self.link
+        now = time.monotonic()
+        for peer in self._live_peers():
+            self._read(peer)
+            if now - self.seen.get(peer, now) > link.timeout_s:
+                self._silent(peer)
+        self._line(reports)
+        self.gathers += 1
+        if self.gathers % _CLOCK_EVERY == 0:
+            for peer in self._live_peers():
+                self._align(peer)
+
+    def _line(self, reports: list[PerformanceRecord]) -> None:
+        link = self.link
+        found = [rank_figures(0, _figures(reports))] if reports else []
+        for peer in self._live_peers():
+            if peer in self.latest:
+                found.append(rank_figures(peer, self.latest[peer]))
         figures = [f for f in found if f is not None]
         if len(figures) < 2:
             return
         stragglers = find_stragglers(figures)
         line = cluster_line(figures, stragglers)
-        last = int(max(float(v[8]) for v in received.values()))
+        last = max(int(reports[-1].iteration) if reports else 0,
+                   *(int(self.latest[p].get("last", 0)) for p in self._live_peers() if p in self.latest))
         text = f"cluster at iteration {last}: {line}"
-        if self.silent:
-            text += "; silent: " + ", ".join(f"rank {r}" for r in sorted(self.silent))
-        self.lines.append(text)
+        if link.silent:
+            text += "; silent: " + ", ".join(f"rank {r}" for r in sorted(link.silent))
+        link.lines.append(text)
         _LOG.info("%s", text)
-        if self._run_dir is not None:
-            self._run_dir.event(
-                {
-                    "kind": "cluster",
-                    "iteration": last,
-                    "line": line,
-                    "stragglers": [
-                        {"rank": s.rank, "cause": s.cause, "excess_ms": s.excess_ms, "evidence": s.evidence}
-                        for s in stragglers
-                    ],
-                }
-            )
+        if link._run_dir is not None:
+            link._run_dir.event({
+                "kind": "cluster", "iteration": last, "line": line,
+                "stragglers": [{"rank": s.rank, "cause": s.cause, "excess_ms": s.excess_ms, "evidence": s.evidence}
+                               for s in stragglers],
+            })
 
-    # -- files -----------------------------------------------------------------------------------
-    def _send_files(self) -> None:
-        if self._run_dir is None:
-            return
-        run_dir = self._run_dir
-        self._guard(lambda: self._files(run_dir))
+    def _silent(self, peer: int, why: str = "went silent") -> None:
+        link = self.link
+        last = self.wall_seen.get(peer)
+        if last is None:
+            last = link._wall() - (time.monotonic() - self.seen.get(peer, self.began))
+        link.silent[peer] = last
+        link._messages.append(f"rank {peer} {why}; the others go on without it")
+        if link._run_dir is not None:
+            link._run_dir.event({"kind": "silent", "rank": peer, "last_seen": last, "why": why})
 
-    def _files(self, sink: RunDirSink) -> None:
-        own = sink.path
-        if self.rank != 0:
-            blob = bytearray()
-            for name in _FILES:
-                path = own / name
-                data = path.read_bytes() if path.exists() else b""
-                data = data[-_MAX_FILE_BYTES:]
-                blob += len(data).to_bytes(8, "little") + data
-            self._p2p(dist.send, torch.tensor([len(blob)], dtype=torch.int64), 0)
-            self._p2p(dist.send, torch.frombuffer(blob, dtype=torch.uint8) if blob else torch.zeros(0), 0)
-            return
-        for peer in self._peers():
-            size = torch.zeros(1, dtype=torch.int64)
-            if not self._p2p(dist.recv, size, peer):
+    def _close(self, reports: list[PerformanceRecord]) -> None:
+        link = self.link
+        deadline = time.monotonic() + link.timeout_s
+        pending = set(self._live_peers())
+        closed: set[int] = set()
+        while pending:
+            for peer in sorted(pending):
+                if self._read(peer):
+                    closed.add(peer)
+                    pending.discard(peer)
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        if reports or closed:
+            self._line(reports)
+        for peer in sorted(pending):
+            self._silent(peer, f"did not close within {link.timeout_s:g} s")
+        run_dir = link._run_dir
+        for peer in sorted(closed):
+            files = self._files(peer)
+            if run_dir is not None:
+                _write_peer_files(rank_dir(run_dir.path.parent, peer), files)
+            link._store.delete_key(f"bye/{peer}")
+
+    def _files(self, peer: int) -> dict[str, bytes]:
+        link, out = self.link, {}
+        for name in _FILES:
+            count = link._take(f"file/{peer}/{name}")
+            if count is None:
                 continue
-            blob_t = torch.empty(int(size[0]), dtype=torch.uint8)
-            if not self._p2p(dist.recv, blob_t, peer):
-                continue
-            _write_peer_files(rank_dir(sink.path.parent, peer), bytes(blob_t.numpy()))
-
-    # -- plumbing --------------------------------------------------------------------------------
-    def _peers(self) -> list[int]:
-        return [r for r in range(1, self.world) if r not in self.silent]
-
-    def _p2p(self, op: Callable[..., Any], tensor: torch.Tensor, peer: int) -> bool:
-        """One blocking send or receive with ``peer``; a peer that fails or does not answer within
-        the group's timeout is marked silent (rank 0) or ends the traffic (other ranks)."""
-        if peer in self.silent:
-            return False
-        try:
-            op(tensor, peer, group=self.group)
-            return True
-        except RuntimeError as exc:
-            if self.rank == 0:
-                self._mark_silent(peer, exc)
-            else:
-                self._stop(f"rank 0 did not answer ({exc}); per-rank figures stay in this rank's files")
-            return False
-
-    def _mark_silent(self, peer: int, exc: BaseException) -> None:
-        now = self._wall()
-        self.silent[peer] = now
-        warnings.warn(
-            f"trainperf: rank {peer} went silent ({type(exc).__name__}); the others go on without it",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        if self._run_dir is not None:
-            self._run_dir.event({"kind": "silent", "rank": peer, "last_seen": now})
-
-    def _guard(self, work: Callable[[], None]) -> None:
-        if not self._on:
-            return
-        try:
-            work()
-        except Exception as exc:  # noqa: BLE001 - our own traffic must never stop training
-            self._stop(f"{type(exc).__name__}: {exc}")
-
-    def _stop(self, why: str) -> None:
-        if self._on:
-            self._on = False
-            warnings.warn(f"trainperf: figures across ranks are off for this run: {why}", RuntimeWarning, stacklevel=3)
+            pieces = [link._take(f"file/{peer}/{name}/{k}") or b"" for k in range(int(count.decode()))]
+            out[name] = b"".join(pieces)
+        return out
 
 
-def _figures(seq: int, wall: float, reports: list[PerformanceRecord]) -> torch.Tensor:
-    """This rank's mean figures per iteration over ``reports``, as the tensor rank 0 receives."""
+def _figures(reports: Sequence[PerformanceRecord]) -> dict[str, Any]:
+    """This rank's mean figures per iteration over ``reports`` (what a gather posts)."""
     n = sum(r.window_iterations for r in reports)
-
-    def mean(name: str) -> float:
-        if n == 0:
-            return math.nan
+    out: dict[str, Any] = {"window_iterations": n, "last": reports[-1].iteration if reports else 0,
+                           "first": reports[0].iteration - reports[0].window_iterations + 1 if reports else 0}
+    for name in _TIMES:
         total = 0.0
         for r in reports:
-            value = r.extra.get(name) if name.endswith("forward_ms") else getattr(r, name)
-            if value is None:
-                return math.nan
+            value = getattr(r, name, None) if name in ("etl_ms", "compute_ms", "other_ms", "iteration_ms") \
+                else r.extra.get(name)
+            if value is None or (isinstance(value, float) and not math.isfinite(value)):
+                total = math.nan
+                break
             total += float(value) * r.window_iterations
-        return total / n
-
-    last = reports[-1].iteration if reports else 0
-    values = [float(seq), wall, float(n), mean("etl_ms"), mean("forward_ms"), mean("compute_ms"),
-              mean("other_ms"), mean("iteration_ms"), float(last)]
-    return torch.tensor(values, dtype=torch.float64)
-
-
-def _rank_figures(rank: int, values: torch.Tensor) -> RankFigures | None:
-    v = [float(x) for x in values]
-    if v[2] <= 0 or any(math.isnan(x) for x in (v[3], v[5], v[6], v[7])):
-        return None
-    return RankFigures(rank=rank, iterations=int(v[2]), etl_ms=v[3], forward_ms=None if math.isnan(v[4]) else v[4],
-                       compute_ms=v[5], other_ms=v[6], iteration_ms=v[7])
+        if n and math.isfinite(total):
+            out[name] = total / n
+    gc = [r.gc_total_ms for r in reports]
+    if all(g is not None for g in gc):
+        out["gc_total_ms"] = sum(g for g in gc if g is not None)
+    sources = {r.etl_source for r in reports}
+    if sources == {"gap"}:
+        out["etl_source"] = "gap"
+    return out
 
 
-def _write_peer_files(folder: Path, blob: bytes) -> None:
+def _write_peer_files(folder: Path, files: dict[str, bytes]) -> None:
     """Write a peer's files under rank 0's run directory, unless the folder already has them (a
     shared disk): what the peer wrote itself is never replaced."""
     folder.mkdir(parents=True, exist_ok=True)
-    pos = 0
-    for name in _FILES:
-        size = int.from_bytes(blob[pos : pos + 8], "little")
-        data = blob[pos + 8 : pos + 8 + size]
-        pos += 8 + size
+    for name, data in files.items():
         path = folder / name
         if data and not path.exists():
             tmp = path.with_suffix(path.suffix + ".part")
             tmp.write_bytes(data)
             tmp.replace(path)
-
-
-def forward_timer(listener: PerformanceListener, clock: Callable[[], float]) -> tuple[
-    Callable[[tuple[Any, ...], dict[str, Any]], None], Callable[[], None]
-]:
-    """A pair of forward callbacks (before, after) that add each forward pass's host time to the
-    listener as ``"forward"``: what tells a rank with slow compute from one with slow data."""
-    started = [0.0]
-
-    def before(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        started[0] = clock()
-
-    def after() -> None:
-        listener.add_time("forward", clock() - started[0])
-
-    return before, after

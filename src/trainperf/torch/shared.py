@@ -4,6 +4,7 @@ setting a listener up for the model's device, the process rank, loader advice an
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -12,13 +13,14 @@ from .._listener import PerformanceListener
 from .._timeline import DeviceTimeline
 from ._advice import loader_advisor, on_cuda_of, worker_pids
 from ._batch import batch_size
-from ._cluster import Cluster, forward_timer
+from ._cluster import Cluster
+from ._collective import CollectiveTimer, find_ddp
 from ._cuda import AllocatorCounters, CudaTimeline, alloc_retries_reader, memory_probe
 from ._nvml import nvml_probe
 from ._tap import tap_of, untap
 
 __all__ = [
-    "batch_size", "join_cluster", "loader_advisor", "on_cuda_of", "process_rank", "use_model_device", "worker_pids",
+    "batch_size", "join_cluster", "time_collectives", "loader_advisor", "on_cuda_of", "process_rank", "use_model_device", "worker_pids",
 ]
 
 
@@ -55,30 +57,41 @@ def use_model_device(
         listener.set_timeline(timeline_factory(device))
 
 
-def join_cluster(listener: PerformanceListener, model: torch.nn.Module | None) -> None:
+def join_cluster(listener: PerformanceListener) -> bool:
     """In a ``torch.distributed`` run of more than one process, link ``listener`` to the other ranks
-    (see :class:`trainperf.torch._cluster.Cluster`) and time ``model``'s forward passes, which tell
-    a rank with slow compute from one with slow data. Once per listener; every rank must call it."""
+    (see :class:`trainperf.torch._cluster.Cluster`); whether the run is one. Once per listener; a
+    rank without a listener, or one that links late, never blocks the others."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return
-    if any(isinstance(sink, Cluster) for sink in listener.sinks):
-        return
-    cluster = Cluster(
-        listener, every=listener.cluster_every, timeout_s=listener.cluster_timeout_s, wall_clock=listener.wall_clock
-    )
-    listener.add_sink(cluster)
-    if model is not None:
-        tap = tap_of(model)
-        before, after = forward_timer(listener, listener.clock)
-        tap.callbacks.insert(0, before)
-        tap.after.append(after)
+        return False
+    if not any(isinstance(sink, Cluster) for sink in listener.sinks):
+        cluster = Cluster(listener, rank=dist.get_rank(), world=dist.get_world_size(), every=listener.cluster_every,
+                          timeout_s=listener.cluster_timeout_s, wall_clock=listener.wall_clock)
+        listener.add_sink(cluster)
+    return True
 
-        def untime() -> None:
-            if after in tap.after:
-                tap.after.remove(after)
-            untap(model, before)  # the last one out gives the model its own forward back
 
-        listener.on_close(untime)
+def time_collectives(listener: PerformanceListener, model: torch.nn.Module, ddp: Any = None) -> CollectiveTimer:
+    """Time ``model``'s training forward passes and, when it runs under ``ddp`` (a
+    ``DistributedDataParallel``, found when ``model``'s forward is running inside it), the
+    collectives around them (see :class:`trainperf.torch._collective.CollectiveTimer`). The timing
+    stops when the listener closes."""
+    if ddp is None:
+        ddp = find_ddp(model)
+    inner = ddp.module if ddp is not None and model is ddp else model
+    timer = CollectiveTimer(ddp, listener.add_time, listener.clock)
+    tap = tap_of(inner)
+    before, after = timer.before_forward, timer.after_forward
+    # new lists, not changed in place: this may run from one of the tap's own callbacks
+    tap.callbacks = [before, *tap.callbacks]
+    tap.after = [*tap.after, after]
+
+    def untime() -> None:
+        timer.stop()
+        tap.after = [a for a in tap.after if a != after]
+        untap(inner, before)  # the last one out gives the model its own forward back
+
+    listener.on_close(untime)
+    return timer
 
 
 def process_rank() -> int | None:
