@@ -39,7 +39,9 @@ def simulate(
     frequency: int = 10,
     etl_ms: Callable[[int, int], float] = lambda rank, i: 2.0,
     forward_ms: Callable[[int, int], float] = lambda rank, i: 10.0,
+    other_ms: Callable[[int, int], float] = lambda rank, i: 0.0,
     post_ms: float = 20.0,
+    timed: bool = True,
     sync: bool = True,
     killed: dict[int, int] | None = None,
     shifts: dict[int, float] | None = None,
@@ -49,7 +51,10 @@ def simulate(
 
     Args:
         etl_ms, forward_ms: each rank's data wait and forward pass at iteration ``i``.
+        other_ms: each rank's host time after the previous step.
         post_ms: backward and optimizer step after the all-reduce.
+        timed: record what the torch adapter times in a distributed run: the forward pass, the wait
+            in the collective and the step after it.
         sync: every rank waits for the slowest in the all-reduce (DDP), else each runs on its own.
         killed: rank -> the iteration after which it stops without closing.
         shifts: rank -> seconds its wall clock is ahead of rank 0's.
@@ -67,11 +72,15 @@ def simulate(
         listener.start()
     for i in range(1, iterations + 1):
         alive = [r for r in range(ranks) if killed.get(r, iterations + 1) >= i]
-        arrivals = {r: clocks[r].t + (etl_ms(r, i) + forward_ms(r, i)) / 1000.0 for r in alive}
+        arrivals = {r: clocks[r].t + (etl_ms(r, i) + other_ms(r, i) + forward_ms(r, i)) / 1000.0 for r in alive}
         latest = max(arrivals.values())
         for r in alive:
+            if timed:
+                listeners[r].add_time("forward", forward_ms(r, i) / 1000.0)
+                listeners[r].add_time("wait", (latest if sync else arrivals[r]) - arrivals[r] + 0.001)
+                listeners[r].add_time("step", post_ms / 1000.0 - 0.001)
             clocks[r].t = (latest if sync else arrivals[r]) + post_ms / 1000.0
-            listeners[r].record_iteration(samples=32, etl=etl_ms(r, i) / 1000.0)
+            listeners[r].record_iteration(samples=32, etl=etl_ms(r, i) / 1000.0, other=other_ms(r, i) / 1000.0)
     for r, listener in enumerate(listeners):
         if r not in killed:
             listener.close()

@@ -31,18 +31,41 @@ def test_slow_loader_on_one_rank_is_reported_as_a_data_straggler(tmp_path):
     straggler = report["stragglers"][0]
     assert straggler["excess_ms"] == pytest.approx(39.0)
     assert straggler["windows"] == report["analysed_windows"] == 19  # every window after the warm-up
-    assert straggler["evidence"] == "rank 3: data wait 41.0 ms vs 2.0 ms median; the others wait for it in all-reduce"
+    assert straggler["evidence"] == ("rank 3: data wait 41.0 ms vs 2.0 ms median of the others; "
+                                     "the others wait 39.0 ms longer in the collective")
+    assert straggler["iterations"] == list(range(20, 201, 10))
+    # the headline names the same rank, cause and windows as the table
     assert "slowest rank 3" in report["cluster"] and "(data, +39.0 ms)" in report["cluster"]
+    assert "(in 19 of 19 windows)" in report["cluster"]
     assert report["ranks"][3]["etl_ms"]["mean"] == pytest.approx(41.0)
 
 
 def test_slow_compute_on_one_rank_is_reported_as_a_compute_straggler(tmp_path):
-    """Ranks not in lock-step (each timed on its own): the slow step makes it arrive late."""
-    simulate(tmp_path, ranks=3, iterations=100, forward_ms=lambda r, i: 40.0 if r == 1 else 10.0, sync=False)
+    """Ranks not in lock-step (each timed on its own), nothing but whole steps known: the slow step
+    makes it arrive late."""
+    simulate(tmp_path, ranks=3, iterations=100, forward_ms=lambda r, i: 40.0 if r == 1 else 10.0, sync=False,
+             timed=False)
     assert [(s["rank"], s["cause"]) for s in build_report(tmp_path)["stragglers"]] == [(1, "compute")]
 
 
-def test_slow_forward_under_lock_step_is_a_compute_straggler_when_forward_is_recorded(tmp_path):
+def test_host_work_on_rank_zero_is_named_host_and_no_waiting_rank_is_listed(tmp_path):
+    """Rank 0 logs after each step: the others wait for it in their collective."""
+    simulate(tmp_path, ranks=3, iterations=100, other_ms=lambda r, i: 25.0 if r == 0 else 0.5)
+    report = build_report(tmp_path)
+    assert [(s["rank"], s["cause"]) for s in report["stragglers"]] == [(0, "host")]
+    assert report["ranks"][0]["other_ms"] == pytest.approx(25.0)
+    assert report["ranks"][1]["wait_ms"] == pytest.approx(25.5, abs=0.01)
+
+
+def test_an_intermittent_straggler_names_its_windows(tmp_path):
+    slow = range(41, 61)  # iterations 41..60: the windows ending at 50 and 60
+    simulate(tmp_path, ranks=3, iterations=200, etl_ms=lambda r, i: 30.0 if r == 2 and i in slow else 2.0)
+    report = build_report(tmp_path)
+    assert [(s["rank"], s["cause"], s["windows"], s["iterations"]) for s in report["stragglers"]] == [
+        (2, "data", 2, [50, 60])]
+
+
+def test_slow_forward_under_lock_step_is_a_forward_straggler_when_forward_is_recorded(tmp_path):
     """Under DDP the step times are equal; the forward time in ``extra`` tells the late rank."""
     for rank in range(4):
         forward = 35.0 if rank == 2 else 10.0
@@ -53,7 +76,7 @@ def test_slow_forward_under_lock_step_is_a_compute_straggler_when_forward_is_rec
                                        timestamp=BASE + 0.57 * k, etl_ms=2.0, compute_ms=compute, other_ms=0.0,
                                        iteration_ms=57.0, extra={"forward_ms": forward}, rank=rank))
     report = build_report(tmp_path)
-    assert [(s["rank"], s["cause"], s["excess_ms"]) for s in report["stragglers"]] == [(2, "compute", 25.0)]
+    assert [(s["rank"], s["cause"], s["excess_ms"]) for s in report["stragglers"]] == [(2, "forward", 25.0)]
     assert report["ranks"][2]["forward_ms"] == 35.0
 
 

@@ -173,12 +173,18 @@ def find_stragglers(figures: Sequence[RankFigures]) -> list[Straggler]:
     timed = all(w is not None for w in waits)
     if timed:
         own = [-w for w in waits if w is not None]  # waiting least = arriving last
+        others = _medians_of_others(own)
+        lateness = [o - m for o, m in zip(own, others, strict=True)]
     else:
+        # Outside the step (data wait, host time, GC) a rank's time is its own even in lock-step: the
+        # others absorb its excess in their step. With the forward pass, that is all before the
+        # collective; without it, the whole step counts too, which tells ranks apart out of lock-step.
         forward_known = all(f.forward_ms is not None for f in figures)
-        own = [f.etl_ms + f.other_ms + f.gc_ms + ((f.forward_ms or 0.0) if forward_known else f.compute_ms)
-               for f in figures]
-    others = _medians_of_others(own)
-    lateness = [o - m for o, m in zip(own, others, strict=True)]
+        before = [f.etl_ms + f.other_ms + f.gc_ms + (f.forward_ms or 0.0 if forward_known else 0.0) for f in figures]
+        lateness = [b - m for b, m in zip(before, _medians_of_others(before), strict=True)]
+        if not forward_known:
+            whole = [b + f.compute_ms for b, f in zip(before, figures, strict=True)]
+            lateness = [max(a, w - m) for a, w, m in zip(lateness, whole, _medians_of_others(whole), strict=True)]
     i = max(range(len(figures)), key=lambda k: lateness[k])
     if lateness[i] <= margin:
         return []

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from .._stragglers import RankFigures, Straggler, cluster_line, find_stragglers
+from .._stragglers import RankFigures, Straggler, cluster_line, find_stragglers, rank_figures
 from .._window import percentile
 from ..sinks._rundir import TIMELINE_PHASES
 from ._load import Rank, load_run
@@ -68,14 +68,26 @@ def _weighted_mean(values: Sequence[float], weights: Sequence[float]) -> float |
     return total / weight if weight > 0 else None
 
 
-def _stats(rank: Rank, mean_key: str, p50_key: str, p95_key: str, max_key: str) -> dict[str, float | None]:
+def _steady(rank: Rank) -> list[int]:
+    """The rank's windows past warm-up (all of them when every window is warm-up): the one window
+    set behind every figure of the report, its headline, tables and stragglers alike."""
     w = rank.windows
-    p50s, p95s, maxes = sorted(_finite(w[p50_key])), sorted(_finite(w[p95_key])), _finite(w[max_key])
+    return [k for k in range(rank.n_windows) if not w["warmup"][k]] or list(range(rank.n_windows))
+
+
+def _stats(rank: Rank, steady: list[int], mean_key: str, p50_key: str, p95_key: str, max_key: str
+           ) -> dict[str, float | None]:
+    w = rank.windows
+
+    def pick(key: str) -> list[float]:
+        return _finite([w[key][k] for k in steady])
+
+    p50s, p95s, maxes = sorted(pick(p50_key)), sorted(pick(p95_key)), pick(max_key)
     return {
         "p50": _r(percentile(p50s, 50)) if p50s else None,
         "p95": _r(percentile(p95s, 95)) if p95s else None,
         "max": _r(max(maxes)) if maxes else None,
-        "mean": _r(_weighted_mean(w[mean_key], w["window_iterations"])),
+        "mean": _r(_weighted_mean([w[mean_key][k] for k in steady], [w["window_iterations"][k] for k in steady])),
     }
 
 
@@ -120,11 +132,13 @@ def _silent(ranks: Sequence[Rank]) -> dict[int, float]:
 
 def _rank_entry(rank: Rank, silent_since: float | None) -> dict[str, Any]:
     w = rank.windows
-    steady = [k for k in range(rank.n_windows) if not w["warmup"][k]] or list(range(rank.n_windows))
+    steady = _steady(rank)
     n = [w["window_iterations"][k] for k in steady]
 
     def mean(key: str) -> float | None:
         return _r(_weighted_mean([w[key][k] for k in steady], n))
+
+    gc_total = sum(v for v in (w["gc_total_ms"][k] for k in steady) if math.isfinite(v))
 
     iterations = _finite(w["iteration"])
     return {
@@ -134,11 +148,18 @@ def _rank_entry(rank: Rank, silent_since: float | None) -> dict[str, Any]:
         "local_rank": rank.meta.get("local_rank"),
         "iterations": int(max(iterations)) if iterations else 0,
         "windows": rank.n_windows,
-        "iteration_ms": _stats(rank, "iteration_ms", "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms"),
-        "etl_ms": _stats(rank, "etl_ms", "etl_ms", "etl_ms", "etl_max_ms"),
+        "iteration_ms": _stats(rank, steady, "iteration_ms", "iteration_p50_ms", "iteration_p95_ms",
+                               "iteration_max_ms"),
+        "etl_ms": _stats(rank, steady, "etl_ms", "etl_ms", "etl_ms", "etl_max_ms"),
         "compute_ms": mean("compute_ms"),
         "forward_ms": mean("forward_ms"),
+        "backward_ms": mean("backward_ms"),
+        "step_ms": mean("step_ms"),
+        "comm_ms": mean("comm_ms"),
+        "wait_ms": mean("wait_ms"),
         "other_ms": mean("other_ms"),
+        "gc_ms": _r(gc_total / sum(n)) if sum(n) > 0 else None,
+        "etl_source": "gap" if steady and all(w["gap"][k] for k in steady) else "loader",
         "samples_per_sec": mean("samples_per_sec"),
         "silent_since": silent_since,
         "started": rank.meta.get("started"),
@@ -151,43 +172,48 @@ def _rank_entry(rank: Rank, silent_since: float | None) -> dict[str, Any]:
 
 def _figures(rank: Rank, k: int) -> RankFigures | None:
     w = rank.windows
-    values = [w[key][k] for key in ("etl_ms", "compute_ms", "iteration_ms")]
-    if not all(math.isfinite(v) for v in values):
-        return None
-    other, forward = w["other_ms"][k], w["forward_ms"][k]
-    return RankFigures(rank.rank, int(w["window_iterations"][k]), values[0],
-                       forward if math.isfinite(forward) else None, values[1],
-                       other if math.isfinite(other) else 0.0, values[2])
+    values = {key: w[key][k] for key in ("window_iterations", "etl_ms", "compute_ms", "other_ms", "iteration_ms",
+                                         "gc_total_ms", "forward_ms", "backward_ms", "step_ms", "comm_ms", "wait_ms")}
+    values["etl_source"] = "gap" if w["gap"][k] else "loader"
+    return rank_figures(rank.rank, values)
+
+
+#: A rank is listed as a straggler when it is one in at least this many windows and this share of
+#: the windows compared; its windows are listed (at most ``MAX_LISTED_WINDOWS``).
+MIN_WINDOWS = 2
+MIN_SHARE = 0.02
+MAX_LISTED_WINDOWS = 1000
 
 
 def _stragglers(ranks: Sequence[Rank]) -> tuple[list[dict[str, Any]], int]:
-    """Stragglers found window by window over the ranks that reported each window (warm-up left out)."""
+    """Stragglers found window by window over the ranks that reported each window (the steady
+    windows, as everywhere in the report)."""
     by_iteration: dict[int, list[RankFigures]] = {}
     for rank in ranks:
         w = rank.windows
-        for k in range(rank.n_windows):
-            if w["warmup"][k]:
-                continue
+        for k in _steady(rank):
             f = _figures(rank, k)
             if f is not None:
                 by_iteration.setdefault(int(w["iteration"][k]), []).append(f)
-    found: dict[tuple[int, str], list[Straggler]] = {}
+    found: dict[tuple[int, str], list[tuple[int, Straggler]]] = {}
     analysed = 0
-    for figures in by_iteration.values():
+    for iteration in sorted(by_iteration):
+        figures = by_iteration[iteration]
         if len(figures) < 2:
             continue
         analysed += 1
         for s in find_stragglers(figures):
-            found.setdefault((s.rank, s.cause), []).append(s)
-    needed = max(1, math.ceil(0.1 * analysed))
+            found.setdefault((s.rank, s.cause), []).append((iteration, s))
+    needed = max(MIN_WINDOWS, math.ceil(MIN_SHARE * analysed))
     out: list[dict[str, Any]] = []
     for (who, cause), items in found.items():
         if len(items) < needed:
             continue
-        items.sort(key=lambda s: s.excess_ms)
-        typical = items[len(items) // 2]
+        ordered = sorted((s for _, s in items), key=lambda s: s.excess_ms)
+        typical = ordered[len(ordered) // 2]
         out.append({"rank": who, "cause": cause, "excess_ms": _r(typical.excess_ms), "evidence": typical.evidence,
-                    "windows": len(items), "share": _r(len(items) / analysed, 3)})
+                    "windows": len(items), "share": _r(len(items) / analysed, 3),
+                    "iterations": [i for i, _ in items[:MAX_LISTED_WINDOWS]]})
     out.sort(key=lambda s: (-int(s["windows"]), -float(s["excess_ms"] or 0.0)))
     return out, analysed
 
@@ -296,6 +322,18 @@ def _slowest(ranks: Sequence[Rank], start: float) -> list[dict[str, Any]]:
     return out
 
 
+def _phases_seen(slowest: Sequence[dict[str, Any]], rank_windows: Sequence[dict[str, Any]]) -> list[str]:
+    """The phases that occur on the page: in the slowest windows' spans, and the data wait, step and
+    other shares of the cells over time; in the timeline's order."""
+    seen = {TIMELINE_PHASES[s[1]] for w in slowest for s in w["spans"] if 0 <= s[1] < len(TIMELINE_PHASES)}
+    for cells in rank_windows:
+        for row in cells["rows"]:
+            for name, value in zip(("data", "compute", "other"), row[3:6], strict=True):
+                if value:
+                    seen.add(name)
+    return [p for p in TIMELINE_PHASES if p in seen]
+
+
 def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
     """The report of loaded, aligned ranks (see :func:`build_report`).
 
@@ -308,9 +346,13 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
     entries = [_rank_entry(r, silent.get(r.rank)) for r in ranks]
     stragglers, analysed = _stragglers(ranks)
     windows, rank_windows = _buckets(ranks, start)
+    slowest = _slowest(ranks, start)
     whole = [RankFigures(e["rank"], e["iterations"], e["etl_ms"]["mean"], e["forward_ms"], e["compute_ms"],
                          e["other_ms"] or 0.0, e["iteration_ms"]["mean"])
              for e in entries if None not in (e["etl_ms"]["mean"], e["compute_ms"], e["iteration_ms"]["mean"])]
+    # the headline names what the window-by-window analysis found, over the same windows
+    named = [Straggler(s["rank"], s["cause"], s["excess_ms"] or 0.0,
+                       f"{s['evidence']} (in {s['windows']} of {analysed} windows)") for s in stragglers[:1]]
     names = sorted({str(r.meta["run_name"]) for r in ranks if r.meta.get("run_name") is not None})
     return {
         "schema": REPORT_SCHEMA,
@@ -318,7 +360,8 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
         "start": start,
         "world_size": len(ranks),
         "phases": list(TIMELINE_PHASES),
-        "cluster": cluster_line(whole) if whole else None,
+        "phases_seen": _phases_seen(slowest, rank_windows),
+        "cluster": cluster_line(whole, named) if whole else None,
         "analysed_windows": analysed,
         "ranks": entries,
         "stragglers": stragglers,
@@ -326,5 +369,5 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
         "silent": [{"rank": r, "since": t} for r, t in sorted(silent.items())],
         "windows": windows,
         "rank_windows": rank_windows,
-        "slowest": _slowest(ranks, start),
+        "slowest": slowest,
     }

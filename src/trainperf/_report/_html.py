@@ -10,8 +10,8 @@ from typing import Any
 
 __all__ = ["render_html", "script_json"]
 
-_PHASE_COLOURS = {"data": "#e8833a", "forward": "#3b7dd8", "backward": "#6a5acd", "step": "#2aa198",
-                  "compute": "#3b7dd8", "other": "#9a9a9a", "report": "#d33682"}
+_PHASE_COLOURS = {"data": "#e8833a", "forward": "#1f9bd1", "backward": "#6a5acd", "step": "#2aa198",
+                  "compute": "#3b6fc8", "other": "#9a9a9a", "report": "#d33682"}
 
 
 def script_json(value: Any) -> str:
@@ -62,11 +62,13 @@ def _ranks_table(report: dict[str, Any]) -> str:
             f"<tr><td>{_e(r['rank'])}</td><td>{_e(r['host'])}</td><td>{_e(r['pid'])}</td>"
             f"<td>{_e(r['iterations'])}</td><td>{_ms(it['p50'])}</td><td>{_ms(it['p95'])}</td>"
             f"<td>{_ms(it['max'])}</td><td>{_ms(it['mean'])}</td><td>{_ms(etl['mean'])}</td>"
-            f"<td>{_ms(r['compute_ms'])}</td><td>{_ms(r['samples_per_sec'])}</td>"
+            f"<td>{_ms(r['forward_ms'])}</td><td>{_ms(r['compute_ms'])}</td><td>{_ms(r.get('wait_ms'))}</td>"
+            f"<td>{_ms(r['other_ms'])}</td><td>{_ms(r['samples_per_sec'])}</td>"
             f"<td class='{'bad' if c.get('status') == 'unknown' else ''}'>{_e(c.get('status'))}</td>"
             f"<td>{flag}</td></tr>")
     return ("<table><tr><th>rank</th><th>host</th><th>pid</th><th>iterations</th><th>iteration p50</th>"
-            "<th>p95</th><th>max</th><th>mean</th><th>data wait mean</th><th>step mean</th><th>samples/s</th>"
+            "<th>p95</th><th>max</th><th>mean</th><th>data wait mean</th><th>forward mean</th><th>step mean</th>"
+            "<th>collective wait mean</th><th>host time mean</th><th>samples/s</th>"
             f"<th>clock</th><th>state</th></tr>{''.join(body)}</table>")
 
 
@@ -96,8 +98,8 @@ body{font:14px/1.4 system-ui,sans-serif;margin:0 24px 40px;color:#222;background
 h1{font-size:22px;margin:18px 0 4px}h2{font-size:17px;margin:26px 0 6px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:12.5px;background:#fff}td,th{border:1px solid #ddd;padding:2px 7px;
 text-align:right}td:nth-child(2),td:last-child,th{text-align:left}.bad{color:#b00020}.ok{color:#2e7d32}
-.cause.data{color:#c0601a;font-weight:600}.cause.compute{color:#2c5fb0;font-weight:600}
-.cause.communication{color:#6a3fb0;font-weight:600}.note{color:#666;font-size:12.5px}
+.cause{font-weight:600}.cause.data{color:#c0601a}.cause.forward,.cause.backward,.cause.compute{color:#2c5fb0}
+.cause.optimizer{color:#1f7a72}.cause.host,.cause.gc{color:#666}.cause.communication{color:#6a3fb0}.note{color:#666;font-size:12.5px}
 canvas{background:#fff;border:1px solid #ddd;display:block;max-width:100%}
 .key span{display:inline-block;margin-right:14px}.key i{display:inline-block;width:11px;height:11px;
 margin-right:4px;vertical-align:-1px}#tip{position:fixed;pointer-events:none;background:#222;color:#fff;
@@ -279,8 +281,8 @@ def render_html(report: dict[str, Any]) -> str:
     """
     name = report.get("run_name")
     title = f"trainperf report: {name}" if name else "trainperf report"
-    key = "".join(f"<span><i style='background:{c}'></i>{p}</span>" for p, c in _PHASE_COLOURS.items()
-                  if p != "forward")
+    seen = report.get("phases_seen", list(_PHASE_COLOURS))
+    key = "".join(f"<span><i style='background:{c}'></i>{p}</span>" for p, c in _PHASE_COLOURS.items() if p in seen)
     capped = [r["rank"] for r in report["ranks"] if r.get("timeline_capped")]
     cap_note = (f" Ranks {', '.join(str(r) for r in capped)} reached their cap on detailed windows." if capped else "")
     cluster = report.get("cluster") or "no complete window"
@@ -294,9 +296,10 @@ def render_html(report: dict[str, Any]) -> str:
 <p>{_e(report['world_size'])} ranks; {_e(report['analysed_windows'])} report windows compared across ranks.<br>
 <b>{_e(cluster)}</b></p>
 <h2>Stragglers</h2>
-<p class=note>With data-parallel training every rank waits for the slowest one in the gradient all-reduce, so
-iteration times are equal; the rank that arrives late at the collective (long data wait, long forward pass) is
-named, with the cause.</p>
+<p class=note>With data-parallel training every rank waits for the slowest one in the collectives, so iteration
+times are equal; the rank that waits least in them arrives last and holds the others back. Its cause is the phase
+of its own time that exceeds the other ranks' median most: data, forward, backward, optimizer, host, gc or
+communication.</p>
 {_stragglers_table(report)}
 <h2>Silent ranks</h2>
 {_silent_list(report)}

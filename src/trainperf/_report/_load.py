@@ -25,7 +25,10 @@ _RANK_DIR = re.compile(r"rank-(\d{1,7})")
 #: Window fields the report reads, kept as columns (one float array each; NaN for missing).
 WINDOW_FIELDS = ("iteration", "window_iterations", "window_s", "timestamp", "etl_ms", "etl_max_ms", "compute_ms",
                  "other_ms", "iteration_ms", "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms",
-                 "samples_per_sec", "forward_ms", "warmup")
+                 "samples_per_sec", "forward_ms", "backward_ms", "step_ms", "comm_ms", "wait_ms", "gc_total_ms",
+                 "gap", "warmup")
+#: Window fields an adapter keeps in ``extra`` (the timed parts of a distributed run's step).
+EXTRA_FIELDS = frozenset({"forward_ms", "backward_ms", "step_ms", "comm_ms", "wait_ms"})
 _NAN = float("nan")
 
 
@@ -170,10 +173,12 @@ def _read_windows(path: Path) -> tuple[dict[str, array[float]], int]:
         last = iteration
         extra = obj.get("extra")
         for name in WINDOW_FIELDS:
-            if name == "forward_ms":
-                value = num(extra.get("forward_ms")) if isinstance(extra, dict) else None
+            if name in EXTRA_FIELDS:
+                value = num(extra.get(name)) if isinstance(extra, dict) else None
             elif name == "warmup":
                 value = 1.0 if obj.get("warmup") is True else 0.0
+            elif name == "gap":
+                value = 1.0 if obj.get("etl_source") == "gap" else 0.0
             else:
                 value = num(obj.get(name))
             columns[name].append(_NAN if value is None else value)
