@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import socket
+import statistics
 import sys
 import threading
 import time
@@ -339,6 +340,7 @@ class PerformanceListener:
         self._warned_verdicts: set[str] = set()
         self._said: set[str] = set()
         self._times: dict[str, float] = {}
+        self._samples: dict[str, list[float]] = {}  # per-iteration values of add_sample, this window
         self._deferred: list[str] = []
         self._bad_verdicts: list[Verdict] = []
         self._previous_verdict: str | None = None
@@ -508,6 +510,16 @@ class PerformanceListener:
         parts they were asked to time (the forward pass in a distributed run)."""
         times = self._times
         times[name] = times.get(name, 0.0) + seconds
+
+    def add_sample(self, name: str, seconds: float) -> None:
+        """Like :meth:`add_time`, for a part timed once per iteration: records also carry the
+        window's median as ``extra["<name>_p50_ms"]``, which one slow iteration does not move."""
+        times = self._times
+        times[name] = times.get(name, 0.0) + seconds
+        samples = self._samples.get(name)
+        if samples is None:
+            samples = self._samples[name] = []
+        samples.append(seconds)
 
     def set_score(self, score: Any) -> None:
         """Remember the latest loss; it is converted with ``float()`` only when a window is reported."""
@@ -938,7 +950,12 @@ class PerformanceListener:
         if not self._times:
             return {}
         times, self._times = self._times, {}
-        return {f"{name}_ms": 1000.0 * seconds / n for name, seconds in times.items()}
+        out = {f"{name}_ms": 1000.0 * seconds / n for name, seconds in times.items()}
+        if self._samples:
+            samples, self._samples = self._samples, {}
+            for name, values in samples.items():
+                out[f"{name}_p50_ms"] = 1000.0 * statistics.median(values)
+        return out
 
     def _collect_gc(self) -> tuple[tuple[GCStat, ...], float]:
         stats: list[GCStat] = []

@@ -21,8 +21,9 @@ CAUSES = ("data", "forward", "backward", "optimizer", "host", "gc", "communicati
 
 #: A rank is late when it arrives this share of the median iteration time after the others...
 LATE_SHARE = 0.10
-#: ...and at least this many milliseconds after them.
-LATE_MIN_MS = 1.0
+#: ...and at least this many milliseconds after them: below that, a busy host's jitter (a process
+#: descheduled for a moment) makes a different rank late in every other window.
+LATE_MIN_MS = 3.0
 #: GC is the cause when its extra pauses make up at least this share of the lateness (a pause
 #: inside the forward pass lengthens that phase too).
 GC_SHARE = 0.5
@@ -58,6 +59,7 @@ class RankFigures:
         gc_ms: mean garbage-collection pause.
         gap: the data wait is the gap before the forward pass (no loader seen), so it holds the
             loop's host work too.
+        wait_p50_ms: the median iteration's wait in collectives, which one slow iteration does not move.
     """
 
     rank: int
@@ -73,6 +75,7 @@ class RankFigures:
     wait_ms: float | None = None
     gc_ms: float = 0.0
     gap: bool = False
+    wait_p50_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +98,8 @@ class Straggler:
 def rank_figures(rank: int, values: Mapping[str, object]) -> RankFigures | None:
     """:class:`RankFigures` from a record's (or a window line's) fields: ``window_iterations``,
     ``etl_ms``, ``compute_ms``, ``other_ms``, ``iteration_ms``, ``gc_total_ms``, ``etl_source`` and
-    the timed parts ``forward_ms``, ``backward_ms``, ``step_ms``, ``comm_ms``, ``wait_ms`` (at the
-    top level or in ``extra``); ``None`` when a needed figure is missing."""
+    the timed parts ``forward_ms``, ``backward_ms``, ``step_ms``, ``comm_ms``, ``wait_ms`` and
+    ``wait_p50_ms`` (at the top level or in ``extra``); ``None`` when a needed figure is missing."""
     extra = values.get("extra")
     extra = extra if isinstance(extra, Mapping) else {}
 
@@ -114,6 +117,7 @@ def rank_figures(rank: int, values: Mapping[str, object]) -> RankFigures | None:
         rank, int(n), etl, num("forward_ms"), compute, num("other_ms") or 0.0, it,
         backward_ms=num("backward_ms"), step_ms=num("step_ms"), comm_ms=num("comm_ms"), wait_ms=num("wait_ms"),
         gc_ms=gc_total / n if gc_total is not None else 0.0, gap=values.get("etl_source") == "gap",
+        wait_p50_ms=num("wait_p50_ms"),
     )
 
 
@@ -148,7 +152,9 @@ def find_stragglers(figures: Sequence[RankFigures]) -> list[Straggler]:
 
     When every rank's collectives are timed (``wait_ms``), the straggler is the rank that waits
     least in them: the median of the others' wait less its own is how late it arrives, and it must
-    exceed ``max(10% of the median iteration, 1 ms)``. Otherwise arrival is what precedes the
+    exceed ``max(10% of the median iteration, 3 ms)``, in the mean and in the median iteration of
+    the window (``wait_p50_ms``, when known), so that one preempted iteration names no one.
+    Otherwise arrival is what precedes the
     collective: data wait, host time after the previous step, GC and the forward pass (the whole
     step when the forward pass is not measured), and the latest rank by that margin is named.
 
@@ -173,8 +179,12 @@ def find_stragglers(figures: Sequence[RankFigures]) -> list[Straggler]:
     timed = all(w is not None for w in waits)
     if timed:
         own = [-w for w in waits if w is not None]  # waiting least = arriving last
-        others = _medians_of_others(own)
-        lateness = [o - m for o, m in zip(own, others, strict=True)]
+        lateness = [o - m for o, m in zip(own, _medians_of_others(own), strict=True)]
+        medians = [f.wait_p50_ms for f in figures]
+        if all(m is not None for m in medians):
+            # late in most of the window's iterations, not through one slow one (a preempted process)
+            typical = [-m for m in medians if m is not None]
+            lateness = [min(a, t - m) for a, t, m in zip(lateness, typical, _medians_of_others(typical), strict=True)]
     else:
         # Outside the step (data wait, host time, GC) a rank's time is its own even in lock-step: the
         # others absorb its excess in their step. With the forward pass, that is all before the

@@ -102,6 +102,9 @@ class Attachment:
         self._worker_pids: frozenset[int] = frozenset()
         listener.add_advisor(self._advise)
         listener.set_loader_workers(lambda: self._worker_pids)
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            # timed from now: a comm hook registered after attach() runs inside the timing one
+            self._collective = time_collectives(listener, model, model)
 
     def _reset_iteration(self) -> None:
         self._open = False
@@ -287,7 +290,7 @@ class Attachment:
         rank = process_rank()
         if rank is not None:
             self.listener.set_rank(rank)
-            self._collective_pending = join_cluster(self.listener)
+            self._collective_pending = join_cluster(self.listener) and self._collective is None
         self.listener.set_etl_source("loader")
         if param is not None and param.device.type == "cpu":
             self.listener.set_step_threads(torch.get_num_threads())

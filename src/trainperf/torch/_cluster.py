@@ -56,8 +56,8 @@ _CHUNK = 1 << 20
 _POLL_S = 0.05
 _BEAT_S = 1.0
 #: The figures a rank posts per gather (means per iteration).
-_TIMES = ("etl_ms", "forward_ms", "backward_ms", "comm_ms", "wait_ms", "step_ms", "compute_ms", "other_ms",
-          "iteration_ms")
+_TIMES = ("etl_ms", "forward_ms", "backward_ms", "comm_ms", "wait_ms", "wait_p50_ms", "step_ms", "compute_ms",
+          "other_ms", "iteration_ms")
 
 _links = itertools.count(1)
 

@@ -64,16 +64,19 @@ class CollectiveTimer:
     """Times one DDP model's iterations around its collectives; see the module's docstring.
 
     Args:
-        ddp: the ``DistributedDataParallel`` model.
+        ddp: the ``DistributedDataParallel`` model; ``None``: only the forward passes are timed.
         add_time: the listener's ``add_time(name, seconds)``.
+        add_sample: the listener's ``add_sample(name, seconds)``, for the wait (once per iteration).
         clock: the listener's clock (its own time left out).
     """
 
-    def __init__(self, ddp: Any, add_time: Callable[[str, float], None], clock: Callable[[], float]) -> None:
-        """``ddp`` may be ``None``: only the forward passes are timed then."""
+    def __init__(self, ddp: Any, add_time: Callable[[str, float], None], add_sample: Callable[[str, float], None],
+                 clock: Callable[[], float]) -> None:
         self.ddp = ddp
         self.clock = clock
         self._add = add_time
+        self._add_sample = add_sample
+        self._broadcast = 0.0  # waits in the buffer broadcast since the last backward pass
         self._forward_start: float | None = None
         self._forward_end: float | None = None
         self._launch = 0.0
@@ -93,8 +96,7 @@ class CollectiveTimer:
                 try:
                     return inner_sync(*args, **kwargs)
                 finally:
-                    if self._on:
-                        add_time("wait", clock() - started)
+                    self._broadcast += clock() - started
 
             ddp.__dict__["_sync_buffers"] = sync_buffers
 
@@ -181,7 +183,8 @@ class CollectiveTimer:
             add("backward", max(0.0, ready - forward_end - (launch - own_launch)))
         if launch:
             add("comm", launch)
-        add("wait", max(0.0, now - self._last_launched))
+        self._add_sample("wait", max(0.0, now - self._last_launched) + self._broadcast)
+        self._broadcast = 0.0
         self._forward_end = None
         self._left = now
 

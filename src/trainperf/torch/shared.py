@@ -78,7 +78,7 @@ def time_collectives(listener: PerformanceListener, model: torch.nn.Module, ddp:
     if ddp is None:
         ddp = find_ddp(model)
     inner = ddp.module if ddp is not None and model is ddp else model
-    timer = CollectiveTimer(ddp, listener.add_time, listener.clock)
+    timer = CollectiveTimer(ddp, listener.add_time, listener.add_sample, listener.clock)
     tap = tap_of(inner)
     before, after = timer.before_forward, timer.after_forward
     # new lists, not changed in place: this may run from one of the tap's own callbacks

@@ -1,0 +1,51 @@
+"""Fault injection on real DDP ranks (gloo, CPU): one rank slowed by 25 ms per iteration in one phase
+at a time; every window must name that rank with the right cause, and healthy windows no one.
+See ``tests/_faults.py``; ``benchmarks/fault_matrix.py`` runs the full matrix on 2, 3 and 4 ranks."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+from _faults import EXPECTED, Plan, Scenario, judge, run, share  # noqa: E402
+
+pytestmark = [
+    pytest.mark.realtime,
+    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
+]
+
+FAULTS = [f for f in EXPECTED if f != "none"]
+
+
+def _check(plan: Plan, tmp_path) -> None:
+    assert run(plan, tmp_path) == [0] * plan.world
+    outcomes = [judge(tmp_path / s.name, s, plan) for s in plan.scenarios]
+    for o in outcomes:
+        s = o.scenario
+        if s.fault == "none":
+            assert o.report == [], s.name
+            continue
+        assert o.acting >= plan.windows // s.every, s.name
+        # every window on a machine that may be busy: allow one in ten to go astray, never a wrong report
+        assert o.right >= 0.9 * o.acting, (s.name, o.wrong)
+        assert o.report[:1] == [(s.slow_rank, s.expected)], (s.name, o.report)
+    right, false_alarms, healthy = share(outcomes)
+    assert right >= 0.95
+    assert false_alarms <= 0.05 * max(healthy, 1)
+
+
+def test_two_ranks_every_fault_in_a_dataloader_loop(tmp_path):
+    scenarios = tuple(Scenario(f, 0 if f == "host" else 1) for f in FAULTS) + (Scenario("none"),)
+    _check(Plan(2, scenarios, windows=6), tmp_path)
+
+
+def test_three_ranks_every_fault_with_batchnorm_in_a_generator_loop_and_an_intermittent_straggler(tmp_path):
+    scenarios = tuple(Scenario(f, 0 if f == "host" else 2, "generator", bn=True) for f in FAULTS)
+    scenarios += (Scenario("none", 1, "generator", bn=True), Scenario("forward", 1, "loader", every=3))
+    plan = Plan(3, scenarios, windows=6)
+    _check(plan, tmp_path)
+    intermittent = judge(tmp_path / scenarios[-1].name, scenarios[-1], plan)
+    # slowed in the third and sixth of seven windows (the first is warm-up): those ending at 15 and 30
+    assert intermittent.report_windows == [15, 30]
