@@ -104,8 +104,16 @@ def _user_stacklevel() -> int:
 
 
 def _env_rank() -> int | None:
+    """The ``RANK`` environment variable, else the rank of an initialised ``torch.distributed``
+    process group when torch is already imported (never imported here), else ``None``."""
     raw = os.environ.get("RANK")
     if raw is None:
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                return int(dist.get_rank())
+        except Exception:  # noqa: BLE001 - a half-built process group: no rank known
+            return None
         return None
     try:
         return int(raw)
@@ -218,7 +226,8 @@ class PerformanceListener:
             the first time it turns bad.
         clock: monotonic clock in seconds; injectable for deterministic tests.
         wall_clock: clock for the records' ``timestamp`` (seconds since the epoch).
-        rank: process rank in a distributed run; defaults to the ``RANK`` environment variable.
+        rank: process rank in a distributed run; defaults to the ``RANK`` environment variable, else the
+            rank of an initialised ``torch.distributed`` process group.
         run_dir: write this rank's windows, a bounded timeline and its meta data under
             ``run_dir/rank-<rank>/`` (a :class:`~trainperf.RunDirSink`), for ``trainperf report``.
         cluster_every: in a ``torch.distributed`` run, rank 0 gathers every rank's figures every

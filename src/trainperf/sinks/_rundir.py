@@ -130,7 +130,13 @@ class RunDirSink:
     # ------------------------------------------------------------------ files
     def _write_meta(self) -> None:
         text = json.dumps(_strict(self._meta), indent=1, allow_nan=False) + "\n"
-        atomic_write(self.path / "meta.json", lambda f: f.write(text))
+        try:
+            atomic_write(self.path / "meta.json", lambda f: f.write(text))
+        except FileNotFoundError:
+            # another process that took this folder before it knew its rank removed it as it moved
+            # on (see set_rank): the folder is this rank's, put it back
+            self.path.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.path / "meta.json", lambda f: f.write(text))
 
     def _append(self, name: str, text: str) -> None:
         if self._closed:

@@ -59,7 +59,8 @@ _BEAT_S = 1.0
 _TIMES = ("etl_ms", "forward_ms", "backward_ms", "comm_ms", "wait_ms", "wait_p50_ms", "step_ms", "compute_ms",
           "other_ms", "iteration_ms")
 
-_links = itertools.count(1)
+#: Links made so far, per (store given, rank): the n-th link of every rank shares its keys.
+_links: dict[tuple[int | None, int], itertools.count[int]] = {}
 
 
 def default_store() -> Any:
@@ -107,7 +108,8 @@ class Cluster:
         self.timeout_s = timeout_s
         self._wall = wall_clock
         base = default_store() if store is None else store
-        self._store = dist.PrefixStore(f"trainperf/{next(_links)}/", base)
+        n = next(_links.setdefault((None if store is None else id(store), rank), itertools.count(1)))
+        self._store = dist.PrefixStore(f"trainperf/{n}/", base)
         self.silent: dict[int, float] = {}
         self.offsets: dict[int, tuple[float, float]] = {}
         self.lines: list[str] = []
