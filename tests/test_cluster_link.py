@@ -25,11 +25,13 @@ class Rank(threading.Thread):
 
     def __init__(self, store, world: int, rank: int, run_dir, *, iterations: int, every: int = 2, frequency: int = 2,
                  timeout_s: float = TIMEOUT_S, slow_rank: int | None = None, pause_at: int | None = None,
-                 pause_s: float = 0.0, close: bool = True, start_barrier: threading.Barrier | None = None) -> None:
+                 pause_s: float = 0.0, close: bool = True, start_barrier: threading.Barrier | None = None,
+                 settle_s: float = 0.3) -> None:
         super().__init__(daemon=True)
         self.args = (store, world, rank, run_dir, every, frequency, timeout_s)
         self.rank, self.iterations, self.slow_rank = rank, iterations, slow_rank
         self.pause_at, self.pause_s, self.close_it, self.barrier = pause_at, pause_s, close, start_barrier
+        self.settle_s = settle_s
         self.worst = self.took = 0.0
         self.listener: PerformanceListener | None = None
         self.cluster: Cluster | None = None
@@ -45,7 +47,7 @@ class Rank(threading.Thread):
                 listener.add_sink(self.cluster)
                 if self.barrier is not None:
                     self.barrier.wait(10)
-                time.sleep(0.3)  # rank 0 welcomes the others
+                time.sleep(self.settle_s)  # rank 0 welcomes the others
                 for i in range(self.iterations):
                     if i == self.pause_at:
                         time.sleep(self.pause_s)
@@ -97,6 +99,16 @@ def test_closing_sends_every_ranks_files_without_a_warning_whatever_the_report_c
     assert [e["kind"] for e in events] == ["cluster"] * len(cluster0.lines)
     report = build_report(tmp_path)
     assert [(s["rank"], s["cause"]) for s in report["stragglers"]] == [(2, "data")]
+
+
+def test_a_run_shorter_than_the_link_takes_to_form_still_sends_files_and_clocks(tmp_path):
+    ranks, messages = run_ranks(dist.HashStore(), 3, range(3), tmp_path, iterations=3, settle_s=0.0)
+    assert messages == []
+    assert max(r.took for r in ranks.values()) < TIMEOUT_S
+    assert ranks[0].cluster.joined == {1, 2}
+    report = build_report(tmp_path)
+    assert [r["rank"] for r in report["ranks"]] == [0, 1, 2]
+    assert {c["rank"]: c["status"] for c in report["clocks"]} == {0: "reference", 1: "aligned", 2: "aligned"}
 
 
 def test_rank_zero_alone_listening_never_blocks_and_warns_once(tmp_path):

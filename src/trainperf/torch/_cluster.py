@@ -267,6 +267,12 @@ class _Member:
 
     def _close(self, reports: list[PerformanceRecord]) -> None:
         link = self.link
+        # A short run may end before rank 0 has seen this rank: wait for its welcome and first
+        # clock estimate (rank 0 looks every 0.1 s), or until the link gives up on rank 0.
+        deadline = time.monotonic() + link.timeout_s
+        while link._on and (not self.welcomed or self.round == 0) and time.monotonic() < deadline:
+            self._tick()
+            time.sleep(0.005)
         if not link._on or not self.welcomed:
             return
         self._post(reports)
@@ -439,14 +445,16 @@ class _Leader:
     def _close(self, reports: list[PerformanceRecord]) -> None:
         link = self.link
         deadline = time.monotonic() + link.timeout_s
-        pending = set(self._live_peers())
         closed: set[int] = set()
-        while pending:
-            for peer in sorted(pending):
+        while True:
+            if self.waiting:  # a short run: ranks may link now (or be given up on, once)
+                self._welcome()
+            pending = [p for p in self._live_peers() if p not in closed]
+            for peer in pending:
                 if self._read(peer):
                     closed.add(peer)
-                    pending.discard(peer)
-            if not pending or time.monotonic() > deadline:
+            pending = [p for p in pending if p not in closed]
+            if (not pending and not self.waiting) or time.monotonic() > deadline or not link._on:
                 break
             time.sleep(0.01)
         if reports or closed:
