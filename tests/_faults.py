@@ -45,7 +45,9 @@ class Scenario:
 
     @property
     def name(self) -> str:
-        return f"{self.fault}-r{self.slow_rank}-{self.loop}{'-bn' if self.bn else ''}{f'-1of{self.every}' if self.every > 1 else ''}"
+        bn = "-bn" if self.bn else ""
+        every = f"-1of{self.every}" if self.every > 1 else ""
+        return f"{self.fault}-r{self.slow_rank}-{self.loop}{bn}{every}"
 
     @property
     def expected(self) -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import signal
 import socket
 import time
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ class Plan:
     forward_delay: dict[int, float] = field(default_factory=dict)  # rank -> seconds per forward pass
     wall_shift: dict[int, float] = field(default_factory=dict)  # rank -> seconds added to its wall clock
     exit_after: dict[int, int] = field(default_factory=dict)  # rank -> iterations before it dies
+    kill_after: dict[int, int] = field(default_factory=dict)  # rank -> iterations before it is SIGKILLed
+    listen: tuple[int, ...] | None = None  # the ranks with a listener (None: all)
 
 
 class Sleepy(torch.utils.data.Dataset):
@@ -80,27 +83,38 @@ def worker(rank: int, port: int, out: str, plan: Plan) -> None:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     shift = plan.wall_shift.get(rank, 0.0)
-    listener = PerformanceListener(plan.frequency, sinks=[], run_dir=os.path.join(out, f"own-{rank}"),
-                                   cluster_every=plan.cluster_every, cluster_timeout_s=plan.timeout_s,
-                                   wall_clock=lambda: time.time() + shift)
-    attach(model, listener)
+    listener = None
+    if plan.listen is None or rank in plan.listen:
+        listener = PerformanceListener(plan.frequency, sinks=[], verdict=False,
+                                       run_dir=os.path.join(out, f"own-{rank}"),
+                                       cluster_every=plan.cluster_every, cluster_timeout_s=plan.timeout_s,
+                                       wall_clock=lambda: time.time() + shift)
+        attach(model, listener)
     loader = torch.utils.data.DataLoader(Sleepy(plan.data_delay.get(rank, 0.0), plan.iterations), batch_size=None)
     started = time.monotonic()
-    for i, (x, y) in enumerate(loader):
-        if i == plan.exit_after.get(rank):
-            os._exit(3)
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        if plan.lockstep and not plan.ddp:
-            for p in model.parameters():
-                dist.all_reduce(p.grad)
-        opt.step()
-    cluster = next(s for s in listener.sinks if type(s).__name__ == "Cluster")
-    listener.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i, (x, y) in enumerate(loader):
+            if i == plan.exit_after.get(rank):
+                os._exit(3)
+            if i == plan.kill_after.get(rank):
+                os.kill(os.getpid(), signal.SIGKILL)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            if plan.lockstep and not plan.ddp:
+                for p in model.parameters():
+                    dist.all_reduce(p.grad)
+            opt.step()
+        seconds = time.monotonic() - started
+        cluster = None if listener is None else next(s for s in listener.sinks if type(s).__name__ == "Cluster")
+        if listener is not None:
+            listener.close()
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump({"lines": cluster.lines, "offsets": {str(k): v for k, v in cluster.offsets.items()},
-                   "silent": {str(k): v for k, v in cluster.silent.items()},
-                   "seconds": time.monotonic() - started}, f)
+        json.dump({"lines": cluster.lines if cluster else [],
+                   "offsets": {str(k): v for k, v in cluster.offsets.items()} if cluster else {},
+                   "silent": {str(k): v for k, v in cluster.silent.items()} if cluster else {},
+                   "warnings": [str(w.message) for w in caught if "trainperf" in str(w.message)],
+                   "seconds": seconds, "closed_in": time.monotonic() - started - seconds}, f)
     dist.destroy_process_group()
 
 
@@ -205,3 +219,28 @@ def test_a_rank_that_dies_is_marked_silent_and_the_others_finish_within_the_time
     since = report["silent"][0]["since"]
     assert begun < since < time.time()
     assert rank0["lines"] and all("silent: rank 2" in line for line in rank0["lines"][-2:])
+
+
+def test_a_listener_on_rank_zero_alone_never_stops_ddp_training(tmp_path):
+    """The common "log on rank 0" pattern: rank 1 has no listener. Training ends on both ranks, rank 0
+    warns once (after ``timeout_s``, from its link's thread) and keeps its own figures."""
+    plan = Plan(ddp=True, iterations=60, listen=(0,), timeout_s=1.0, data_delay={0: 0.03, 1: 0.03})
+    assert run_ranks(plan, tmp_path, limit_s=60.0) == [0, 0]
+    rank0 = read(tmp_path, 0)
+    assert rank0["seconds"] < 0.03 * 60 + 8.0 and rank0["closed_in"] < 1.0
+    assert len(rank0["warnings"]) == 1 and "no other rank linked" in rank0["warnings"][0], rank0["warnings"]
+    assert (tmp_path / "own-0" / "rank-0" / "windows.jsonl").exists()
+
+
+def test_a_rank_killed_under_ddp_is_named_by_rank_zero(tmp_path):
+    """Rank 2 is SIGKILLed: the others' all-reduce fails and they end without closing; rank 0 names
+    rank 2 as the one that died, and the report says so."""
+    plan = Plan(world=3, ddp=True, iterations=60, cluster_every=1, timeout_s=5.0, kill_after={2: 25},
+                data_delay={0: 0.005, 1: 0.005, 2: 0.005})
+    codes = run_ranks(plan, tmp_path, limit_s=60.0)
+    assert codes[2] == -9 and codes[:2] == [1, 1]
+    from trainperf import build_report
+
+    events = [json.loads(line) for line in (tmp_path / "own-0" / "rank-0" / "events.jsonl").read_text().splitlines()]
+    assert [e["rank"] for e in events if e["kind"] == "silent"] == [2], events
+    assert [s["rank"] for s in build_report(tmp_path / "own-0")["silent"]] == [2]

@@ -62,7 +62,8 @@ def test_host_work_on_rank_zero_is_not_blamed_on_the_ranks_that_wait_for_it():
 def test_the_evidence_gives_the_phase_against_the_others_median():
     found = find_stragglers(ddp_ranks(4, 3, "step_ms", extra_ms=30.0))
     assert found[0].evidence == (
-        "rank 3: optimizer step 33.0 ms vs 3.0 ms median of the others; the others wait 30.0 ms longer in the collective"
+        "rank 3: optimizer step 33.0 ms vs 3.0 ms median of the others; "
+        "the others wait 30.0 ms longer in the collective"
     )
 
 

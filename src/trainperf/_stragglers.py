@@ -205,7 +205,9 @@ def find_stragglers(figures: Sequence[RankFigures]) -> list[Straggler]:
 def _cause(figures: Sequence[RankFigures], i: int, late: float, timed: bool) -> tuple[str, str]:
     """The straggler's phase that exceeds the other ranks' most, and the evidence in words."""
     excess: dict[str, tuple[float, float, float]] = {}  # cause -> (excess, its value, others' median)
-    phases = list(_PHASES) if timed or figures[i].forward_ms is not None else [*_PHASES, ("compute", "compute_ms", "step")]
+    phases = list(_PHASES)
+    if not timed and figures[i].forward_ms is None:
+        phases.append(("compute", "compute_ms", "step"))
     for cause, field, _ in phases:
         values = [_phase(f, field) for f in figures]
         if any(v is None for v in values):

@@ -30,7 +30,15 @@ from .._listener import PerformanceListener
 from .._timeline import DeviceTimeline
 from ..sinks import LoggerSink, Sink
 from ..torch import _loop_hooks as loop_hooks
-from ..torch.shared import batch_size, join_cluster, loader_advisor, time_collectives, on_cuda_of, use_model_device, worker_pids
+from ..torch.shared import (
+    batch_size,
+    join_cluster,
+    loader_advisor,
+    on_cuda_of,
+    time_collectives,
+    use_model_device,
+    worker_pids,
+)
 from ._compat import callback_base
 
 if TYPE_CHECKING:

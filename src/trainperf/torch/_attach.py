@@ -39,8 +39,8 @@ from .._timeline import DeviceTimeline
 from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor, on_cuda_of, worker_pids
 from ._batch import batch_size
-from ._tap import attachments_of, tap_of, untap
 from ._collective import CollectiveTimer
+from ._tap import attachments_of, tap_of, untap
 from .shared import join_cluster, process_rank, time_collectives, use_model_device
 
 __all__ = ["Attachment", "attach", "detach"]

@@ -22,6 +22,7 @@ Any failure of this traffic turns it off with one warning; training goes on.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import logging
@@ -30,13 +31,14 @@ import queue
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from .._listener import PerformanceListener
 from .._record import PerformanceRecord
-from .._stragglers import RankFigures, cluster_line, find_stragglers, rank_figures
+from .._stragglers import cluster_line, find_stragglers, rank_figures
 from ..sinks._rundir import RunDirSink, rank_dir
 
 __all__ = ["Cluster", "default_store"]
@@ -55,6 +57,8 @@ _CHUNK = 1 << 20
 #: How often the link's thread looks for work when idle, and how often a rank posts a heartbeat.
 _POLL_S = 0.05
 _BEAT_S = 1.0
+#: At exit without a close (a crash), rank 0 waits at most this long for the others' last word.
+_EXIT_WAIT_S = 3.0
 #: The figures a rank posts per gather (means per iteration).
 _TIMES = ("etl_ms", "forward_ms", "backward_ms", "comm_ms", "wait_ms", "wait_p50_ms", "step_ms", "compute_ms",
           "other_ms", "iteration_ms")
@@ -70,7 +74,7 @@ def default_store() -> Any:
 
     store = _get_default_store()
     try:
-        return store.clone()
+        return store.clone()  # type: ignore[attr-defined]
     except (AttributeError, RuntimeError, NotImplementedError):
         return store
 
@@ -109,7 +113,7 @@ class Cluster:
         self._wall = wall_clock
         base = default_store() if store is None else store
         n = next(_links.setdefault((None if store is None else id(store), rank), itertools.count(1)))
-        self._store = dist.PrefixStore(f"trainperf/{n}/", base)
+        self._store = dist.PrefixStore(f"trainperf/{n}/", base)  # type: ignore[attr-defined]
         self.silent: dict[int, float] = {}
         self.offsets: dict[int, tuple[float, float]] = {}
         self.lines: list[str] = []
@@ -121,10 +125,12 @@ class Cluster:
         self._warned = False
         self._on = True
         self._closed = False
+        self._leader: _Leader | None = None
         self._thread = threading.Thread(target=self._run, name=f"trainperf-cluster-{rank}", daemon=True)
         self._thread.start()
         # closed before the sinks are: the last gather and the files still reach the run directory
         listener.on_close(self.close)
+        _at_exit(self)
 
     # -- the sink (training thread) ------------------------------------------------------------
     def __call__(self, record: PerformanceRecord) -> None:
@@ -148,6 +154,29 @@ class Cluster:
         self._thread.join(self.timeout_s + 10.0)
         self._say()
 
+    def exit_unclosed(self) -> None:
+        """The process ends without a close (training raised: under DDP, a rank died): every rank
+        says so, and rank 0 names the ranks that said nothing, as a rank that died does."""
+        if self._closed or not self._on:
+            return
+        self._closed = True
+        try:
+            if self.rank != 0:
+                self._store.set(f"exit/{self.rank}", repr(self._wall()))
+                return
+            leader = self._leader
+            if leader is None:
+                return
+            deadline = time.monotonic() + min(self.timeout_s, _EXIT_WAIT_S)
+            pending = set(leader._live_peers())
+            while pending and time.monotonic() < deadline:
+                pending = {p for p in pending if not (self._has(f"bye/{p}") or self._has(f"exit/{p}"))}
+                time.sleep(0.02)
+            for peer in sorted(pending):
+                leader._silent(peer, "died: it stopped without a word while the others ended")
+        except Exception:  # noqa: BLE001 - the process is ending; nothing to stop
+            return
+
     def _say(self) -> None:
         messages, self._messages = self._messages, []
         if messages and not self._warned:
@@ -159,7 +188,8 @@ class Cluster:
         try:
             self._store.set(f"hello/{self.rank}", repr(self._wall()))
             if self.rank == 0:
-                _Leader(self).run()
+                self._leader = _Leader(self)
+                self._leader.run()
             else:
                 _Member(self).run()
         except Exception as exc:  # noqa: BLE001 - our own traffic must never stop training
@@ -283,7 +313,7 @@ class _Member:
                 data = path.read_bytes()[-_MAX_FILE_BYTES:] if path.exists() else b""
                 pieces = [data[k : k + _CHUNK] for k in range(0, len(data), _CHUNK)]
                 for k, piece in enumerate(pieces):
-                    self.store.set(f"file/{self.rank}/{name}/{k}", piece)
+                    self.store.set(f"file/{self.rank}/{name}/{k}", piece)  # type: ignore[arg-type] # bytes work
                 self.store.set(f"file/{self.rank}/{name}", str(len(pieces)))
         self.store.set(f"bye/{self.rank}", repr(link._wall()))
 
@@ -477,6 +507,22 @@ class _Leader:
             pieces = [link._take(f"file/{peer}/{name}/{k}") or b"" for k in range(int(count.decode()))]
             out[name] = b"".join(pieces)
         return out
+
+
+def _at_exit(link: Cluster) -> None:
+    """Run ``link.exit_unclosed`` when the process ends: at interpreter exit, and at the end of a
+    ``multiprocessing`` child, which skips ``atexit``. Held weakly: a closed, dropped link is forgotten."""
+    import multiprocessing.util
+
+    ref = weakref.ref(link)
+
+    def on_exit() -> None:
+        live = ref()
+        if live is not None:
+            live.exit_unclosed()
+
+    atexit.register(on_exit)
+    multiprocessing.util.Finalize(None, on_exit, exitpriority=50)
 
 
 def _figures(reports: Sequence[PerformanceRecord]) -> dict[str, Any]:

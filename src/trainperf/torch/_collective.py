@@ -33,7 +33,7 @@ from torch import is_grad_enabled
 
 __all__ = ["CollectiveTimer", "find_ddp"]
 
-_ENGINE: Any = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
+_ENGINE: Any = torch.autograd.Variable._execution_engine
 
 
 def find_ddp(model: torch.nn.Module) -> Any:
@@ -42,7 +42,7 @@ def find_ddp(model: torch.nn.Module) -> Any:
     ddp_type = torch.nn.parallel.DistributedDataParallel
     if isinstance(model, ddp_type):
         return model
-    frame = sys._getframe(1)
+    frame: Any = sys._getframe(1)
     for _ in range(40):
         if frame is None:
             break

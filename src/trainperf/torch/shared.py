@@ -20,7 +20,8 @@ from ._nvml import nvml_probe
 from ._tap import tap_of, untap
 
 __all__ = [
-    "batch_size", "join_cluster", "time_collectives", "loader_advisor", "on_cuda_of", "process_rank", "use_model_device", "worker_pids",
+    "batch_size", "join_cluster", "loader_advisor", "on_cuda_of", "process_rank", "time_collectives",
+    "use_model_device", "worker_pids",
 ]
 
 
@@ -77,7 +78,7 @@ def time_collectives(listener: PerformanceListener, model: torch.nn.Module, ddp:
     stops when the listener closes."""
     if ddp is None:
         ddp = find_ddp(model)
-    inner = ddp.module if ddp is not None and model is ddp else model
+    inner: torch.nn.Module = ddp.module if ddp is not None and model is ddp else model  # type: ignore[assignment]
     timer = CollectiveTimer(ddp, listener.add_time, listener.add_sample, listener.clock)
     tap = tap_of(inner)
     before, after = timer.before_forward, timer.after_forward
