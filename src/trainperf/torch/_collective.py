@@ -6,20 +6,21 @@ per iteration, on the listener's clock:
 
 * ``forward``: the training forward pass of the wrapped module (autograd on), without DDP's
   buffer broadcast;
-* ``backward``: from the end of that forward pass to the last gradient bucket being ready (the
-  loss, the backward pass, whatever the loop does in between), less the comm hooks' own time;
+* ``backward``: from the end of that forward pass to the backward pass's last gradient (the loss,
+  the backward pass, whatever the loop does in between), less the comm hooks' own time;
 * ``comm``: the comm hooks' own time, launching the all-reduce (compression, a user's hook);
-* ``wait``: time blocked in collectives: from the last bucket's launch to the end of the backward
-  pass (DDP waits there for every bucket's all-reduce), plus the buffer broadcast (BatchNorm);
+* ``wait``: time blocked in collectives: from the last gradient to the end of the backward pass
+  (DDP waits there for every bucket's all-reduce), less the hooks launched in between, plus the
+  buffer broadcast (BatchNorm);
 * ``step``: from the end of the backward pass to the end of the optimizer step.
 
 The rank the others wait for is the one that waits least; its own phases say why (see
-:mod:`trainperf._stragglers`). The timing is a comm hook that calls the user's hook (or DDP's
-default all-reduce) and a callback queued on the autograd engine that runs after DDP's own
-end-of-backward work. A hook the user registers after this (``register_comm_hook``, a built-in
-one) is wrapped the same way. When a hook was registered before, DDP takes no second one: the
-last gradient's arrival is then timed on the module's first parameter instead, and the hooks'
-own time counts as ``wait``.
+:mod:`trainperf._stragglers`). The timing is a hook on the parameter whose gradient comes last
+(found in the first backward pass) and a callback queued on the autograd engine that runs after
+DDP's own end-of-backward work: DDP keeps its own all-reduce, in C++ (a Python comm hook would cost
+tens of microseconds per bucket). A comm hook the user registers after this (``register_comm_hook``,
+a built-in one) runs inside one that times its launch. DDP takes one hook only: a hook registered
+before the timing started cannot be wrapped, and its own time counts as ``wait``.
 """
 
 from __future__ import annotations
@@ -79,9 +80,9 @@ class CollectiveTimer:
         self._broadcast = 0.0  # waits in the buffer broadcast since the last backward pass
         self._forward_start: float | None = None
         self._forward_end: float | None = None
-        self._launch = 0.0
+        self._launch_early = 0.0  # comm hooks' time before the last gradient, this backward pass
+        self._launch_late = 0.0  # ... and after it
         self._last_ready: float | None = None
-        self._last_launched = 0.0
         self._left: float | None = None
         self._on = True
         self._user: tuple[Callable[..., Any], Any] | None = None
@@ -113,32 +114,49 @@ class CollectiveTimer:
             if self._on:
                 self._add("forward", now - started)
 
-    # -- the comm hook -------------------------------------------------------------------------
+    # -- the gradients and the comm hook -------------------------------------------------------
     def _install_hook(self) -> str:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
+        """Mark the last gradient of the backward pass; wrap the comm hooks registered from now on."""
         ddp = self.ddp
-        self._user = (default_hooks.allreduce_hook, ddp.process_group)
-        try:
-            torch.distributed._register_comm_hook(ddp.reducer, None, self._comm_hook)  # type: ignore[attr-defined]
-        except RuntimeError:  # the user's hook came first: DDP takes no second one
-            param = next((p for p in ddp.module.parameters() if p.requires_grad), None)
-            if param is None or not hasattr(param, "register_post_accumulate_grad_hook"):
-                return "none"
-            self._grad_handle = param.register_post_accumulate_grad_hook(self._last_gradient)
-            return "gradient"
+        params = [p for p in ddp.module.parameters() if p.requires_grad]
+        if not params or not hasattr(params[0], "register_post_accumulate_grad_hook"):
+            return "none"
+        # The first backward pass tells which parameter's gradient comes last; only it keeps a hook.
+        self._order: list[int] = []
+        self._handles = [p.register_post_accumulate_grad_hook(self._first_gradients(k)) for k, p in enumerate(params)]
+        self._params = params
         ddp.__dict__["register_comm_hook"] = self._register_user_hook
         ddp.__dict__["_register_builtin_comm_hook"] = self._register_builtin
-        return "hook"
+        return "gradient"
+
+    def _first_gradients(self, k: int) -> Callable[[torch.Tensor], None]:
+        def seen(param: torch.Tensor) -> None:
+            self._order.append(k)
+            if len(self._order) == 1:
+                _ENGINE.queue_callback(self._keep_last)
+            self._last_ready = self.clock()
+            self._launch_late = 0.0  # hooks launched before this gradient were not after the last one
+
+        return seen
+
+    def _keep_last(self) -> None:
+        """The first backward pass's gradients are in: from the next pass, only the last one is marked."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = [self._params[self._order[-1]].register_post_accumulate_grad_hook(self._last_gradient)]
+        self._params = []
+        _ENGINE.queue_callback(self._on_backward_end)
 
     def _register_user_hook(self, state: object, hook: Callable[..., Any]) -> None:
-        """DDP's ``register_comm_hook`` once this timer's hook is in: the user's hook runs inside it."""
+        """DDP's ``register_comm_hook``, from the timer's start on: the user's hook runs inside one
+        that times how long it takes to launch its collective."""
         ddp = self.ddp
         ddp._check_comm_hook(hook)
         if ddp.logger is not None:
             ddp.logger._set_comm_hook_name(hook.__qualname__)
         ddp._comm_hooks.append((hook, state))
         self._user = (hook, state)
+        torch.distributed._register_comm_hook(ddp.reducer, None, self._comm_hook)  # type: ignore[attr-defined]
 
     def _register_builtin(self, comm_hook_type: Any) -> None:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -147,43 +165,42 @@ class CollectiveTimer:
         hooks = {kinds.ALLREDUCE: default_hooks.allreduce_hook, kinds.FP16_COMPRESS: default_hooks.fp16_compress_hook}
         if comm_hook_type not in hooks:
             raise ValueError(f"comm_hook_type must be ALLREDUCE or FP16_COMPRESS, got {comm_hook_type!r}")
-        self._user = (hooks[comm_hook_type], self.ddp.process_group)
+        self._register_user_hook(self.ddp.process_group, hooks[comm_hook_type])
 
     def _comm_hook(self, state: object, bucket: Any) -> Any:
         clock = self.clock
         ready = clock()
         hook, user_state = self._user  # type: ignore[misc]
         future = hook(user_state, bucket)
-        launched = clock()
-        self._launch += launched - ready
-        if bucket.is_last():
-            self._last_ready, self._last_launched = ready, launched
-            _ENGINE.queue_callback(self._after_finalize)
+        took = clock() - ready
+        if self._last_ready is None:
+            self._launch_early += took
+        else:  # the last gradient is in: this launch delays the end of the backward pass
+            self._launch_late += took
         return future
 
     def _last_gradient(self, param: torch.Tensor) -> None:
-        self._last_ready = self._last_launched = self.clock()
+        self._last_ready = self.clock()
+        self._launch_late = 0.0
         _ENGINE.queue_callback(self._after_finalize)
 
     def _after_finalize(self) -> None:
-        # Queued before DDP's own end-of-backward callback (which waits for the all-reduces); the
-        # engine runs callbacks queued by a callback too, so this one runs after it.
+        # Queued around the time DDP queues its own end-of-backward work (which waits for the
+        # all-reduces); the engine runs callbacks queued by a callback too, so this one runs after it.
         _ENGINE.queue_callback(self._on_backward_end)
 
     def _on_backward_end(self) -> None:
         now = self.clock()
-        ready, launch = self._last_ready, self._launch
-        self._last_ready, self._launch = None, 0.0
+        ready, early, late = self._last_ready, self._launch_early, self._launch_late
+        self._last_ready, self._launch_early, self._launch_late = None, 0.0, 0.0
         if ready is None or not self._on:
             return
-        add = self._add
         forward_end = self._forward_end
         if forward_end is not None and ready > forward_end:
-            own_launch = self._last_launched - ready
-            add("backward", max(0.0, ready - forward_end - (launch - own_launch)))
-        if launch:
-            add("comm", launch)
-        self._add_sample("wait", max(0.0, now - self._last_launched) + self._broadcast)
+            self._add("backward", max(0.0, ready - forward_end - early))
+        if early or late:
+            self._add("comm", early + late)
+        self._add_sample("wait", max(0.0, now - ready - late) + self._broadcast)
         self._broadcast = 0.0
         self._forward_end = None
         self._left = now
@@ -203,6 +220,5 @@ class CollectiveTimer:
         self._on = False
         if self.ddp is not None and self._sync_buffers is None:
             self.ddp.__dict__.pop("_sync_buffers", None)
-        handle = getattr(self, "_grad_handle", None)
-        if handle is not None:
+        for handle in getattr(self, "_handles", []):
             handle.remove()
