@@ -51,10 +51,7 @@ class Scenario:
 
     @property
     def expected(self) -> str | None:
-        cause = EXPECTED[self.fault]
-        if cause == "data" and self.loop == "generator":
-            return "host"  # an untimed iterable: its wait is the gap before the forward pass
-        return cause
+        return EXPECTED[self.fault]
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ the same input tensor as an earlier one in the step counting once.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor, on_cuda_of, worker_pids
 from ._batch import batch_size
 from ._collective import CollectiveTimer
+from ._gap import GapSplitter
 from ._tap import attachments_of, tap_of, untap
 from .shared import join_cluster, process_rank, time_collectives, use_model_device
 
@@ -87,6 +89,8 @@ class Attachment:
         self._peers: list[weakref.ref[Attachment]] = []  # attachments on other models, told of each step
         self._collective: CollectiveTimer | None = None  # a distributed run's forward and collective timing
         self._collective_pending = False
+        self._gap: GapSplitter | None = None  # a distributed run's generator loop: data wait vs host work
+        self._gap_data: float | None = None
         self._reset_iteration()
         # Which optimizers train this model, weakly keyed: an optimizer outlives many attachments.
         self._owned: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
@@ -132,6 +136,10 @@ class Attachment:
                 self._taps_work = True
                 if not self._started:
                     self._begin(now)
+            if self._gap is not None:
+                self._gap_data = self._gap.close()
+                if not self._gap.loop_codes:
+                    self._gap.learn_loop(sys._getframe(1))
             if self._collective_pending:  # the first training forward of a distributed run: DDP is on the stack
                 self._collective_pending = False
                 self._collective = time_collectives(self.listener, self.model)
@@ -247,6 +255,11 @@ class Attachment:
             started = self._first_forward if self._first_forward is not None else activity
             if started is not None and self._peer_busy:  # another model's step is compute, not the gap
                 started -= self._peer_busy
+            data = self._gap_data
+            if data is not None and started is not None:  # the iterable was timed: the rest is host time
+                gap = max(0.0, started - self._boundary)
+                etl = min(gap, etl + data)
+                other, started = gap - etl, None
             samples, batches = (self._samples, self._micro) if self._micro else (None, 1)
             self._etl = self._idle_etl = 0.0
         self._peer_busy = 0.0
@@ -263,7 +276,10 @@ class Attachment:
         peers = self._peers
         if peers:  # other listened models' loops: this step is their loop's training work too
             self._tell_peers(activity if activity is not None else now)
+        self._gap_data = None
         self._record(now, samples, batches, etl, started, other, steps, skipped)
+        if self._gap is not None and not fetched:  # no loader: time the iterable until the next forward
+            self._gap.open()
 
     def _tell_peers(self, began: float) -> None:
         """This model trained from ``began`` to now, its ``_boundary`` (a GAN's discriminator, a second
@@ -290,7 +306,10 @@ class Attachment:
         rank = process_rank()
         if rank is not None:
             self.listener.set_rank(rank)
-            self._collective_pending = join_cluster(self.listener) and self._collective is None
+            joined = join_cluster(self.listener)
+            self._collective_pending = joined and self._collective is None
+            if joined:
+                self._gap = GapSplitter(self.clock)
         self.listener.set_etl_source("loader")
         if param is not None and param.device.type == "cpu":
             self.listener.set_step_threads(torch.get_num_threads())
@@ -321,6 +340,8 @@ class Attachment:
         if self._detached:
             return
         self._detached = True
+        if self._gap is not None:
+            self._gap.close()
         untap(self.model, self._on_forward)
         self._step_handle.remove()
         for handle in self._hooks:

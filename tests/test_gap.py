@@ -1,0 +1,104 @@
+"""GapSplitter: the time a loop spends inside its own iterable between a step and the next forward
+pass, on a fake clock that the loop's "work" advances."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+from trainperf.torch._gap import GapSplitter  # noqa: E402
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def work(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def run_loop(source, clock: Clock, gap: GapSplitter, host_s: float, iterations: int) -> list[float | None]:
+    """A training loop over ``source``: each batch's "forward" closes the gap, each "step" opens it,
+    and ``host_s`` of host work follows the step (part of it consuming a generator expression)."""
+    timed = []
+
+    def forward() -> None:
+        timed.append(gap.close())
+        if not gap.loop_codes:
+            gap.learn_loop(sys._getframe(1))
+
+    for _batch in source:
+        forward()
+        gap.open()
+        clock.work(host_s / 2)
+        sum(clock.work(host_s / 20) or 1 for _ in range(10))  # host work through a generator expression
+        if len(timed) == iterations:
+            break
+    gap.close()
+    return timed
+
+
+def test_a_generators_own_time_is_the_data_wait_and_the_loops_host_work_is_not():
+    clock = Clock()
+    gap = GapSplitter(clock)
+
+    def batches():
+        while True:
+            clock.work(0.02)
+            yield 1
+
+    timed = run_loop(batches(), clock, gap, host_s=0.01, iterations=5)
+    assert timed[0] is None  # before the first step nothing was timed
+    assert timed[1:] == [pytest.approx(0.02)] * 4
+    assert sys.getprofile() is None
+
+
+def test_an_iterator_class_and_next_called_by_hand_are_timed_too():
+    clock = Clock()
+
+    class Batches:
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            clock.work(0.03)
+            return 1
+
+    timed = run_loop(Batches(), clock, GapSplitter(clock), host_s=0.005, iterations=4)
+    assert timed[1:] == [pytest.approx(0.03)] * 3
+
+    gap = GapSplitter(clock)
+    it = Batches()
+    got = []
+    for _ in range(4):
+        next(it)
+        got.append(gap.close())
+        if not gap.loop_codes:
+            gap.learn_loop(sys._getframe(0))
+        gap.open()
+        clock.work(0.01)
+    gap.close()
+    assert got[1:] == [pytest.approx(0.03)] * 3
+
+
+def test_a_list_of_batches_has_no_data_wait_and_a_profiler_is_left_alone():
+    clock = Clock()
+    assert run_loop([1] * 6, clock, GapSplitter(clock), host_s=0.01, iterations=4)[1:] == [0.0] * 3
+
+    def profiler(frame, event, arg):
+        return None
+
+    sys.setprofile(profiler)
+    try:
+        gap = GapSplitter(clock)
+        gap.learn_loop(sys._getframe(0))
+        gap.open()
+        assert gap.close() is None and sys.getprofile() is profiler
+    finally:
+        sys.setprofile(None)
