@@ -81,3 +81,89 @@ def test_ddp_ranks_write_their_folders_and_rank_zero_reports_both(tmp_path):
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
     assert all(r["iterations"] > 0 for r in report["ranks"])
     assert {c["rank"]: c["status"] for c in report["clocks"]} == {0: "reference", 1: "aligned"}
+
+
+FAULT_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import time
+    import warnings
+
+    import pytorch_lightning as pl
+    import torch
+
+    from trainperf.lightning import PerformanceCallback
+
+    warnings.simplefilter("ignore")
+    FAULT, SLOW = sys.argv[2], int(sys.argv[3])
+
+
+    class Slow(torch.utils.data.Dataset):
+        def __init__(self, rank):
+            self.rank = rank
+
+        def __len__(self):
+            return 200
+
+        def __getitem__(self, i):
+            if FAULT == "data" and self.rank == SLOW:
+                time.sleep(0.025)
+            return torch.randn(16), torch.randn(1)
+
+
+    class Net(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(),
+                                            torch.nn.Linear(32, 1))
+
+        def forward(self, x):
+            if FAULT == "forward" and self.global_rank == SLOW:
+                time.sleep(0.025)
+            return self.body(x)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            out = self(x)
+            if FAULT == "loss" and self.global_rank == SLOW:
+                time.sleep(0.025)  # work after self(x): a loss head
+            return torch.nn.functional.mse_loss(out, y)
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            if FAULT == "host" and self.global_rank == SLOW:
+                time.sleep(0.025)  # logging after the step
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(Slow(self.global_rank), batch_size=8)
+
+
+    if __name__ == "__main__":
+        torch.set_num_threads(1)
+        callback = PerformanceCallback(5, run_dir=sys.argv[1], sinks=[], verdict=False, cluster_every=2,
+                                       cluster_timeout_s=20)
+        trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=45, enable_progress_bar=False,
+                             logger=False, enable_checkpointing=False, enable_model_summary=False, callbacks=[callback])
+        trainer.fit(Net())
+    """
+)
+
+
+@pytest.mark.parametrize(("fault", "slow", "cause"), [("data", 1, "data"), ("loss", 1, "backward"),
+                                                      ("host", 0, "host")])
+def test_lightning_ddp_names_the_slow_rank_and_its_cause(tmp_path, fault, slow, cause):
+    script = tmp_path / "train.py"
+    script.write_text(FAULT_SCRIPT)
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(script), str(run_dir), fault, str(slow)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    from trainperf import build_report
+
+    report = build_report(run_dir)
+    assert [(s["rank"], s["cause"]) for s in report["stragglers"]][:1] == [(slow, cause)], report["stragglers"]
+    top = report["stragglers"][0]
+    assert top["windows"] >= 0.9 * report["analysed_windows"], (top, report["analysed_windows"])

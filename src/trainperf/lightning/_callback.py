@@ -140,6 +140,8 @@ class PerformanceCallback(_CallbackBase):
         self._trainer: Any = None
         self._timeline: DeviceTimeline | None = None
         self._collective: Any = None  # a distributed run's forward and collective timing
+        self._loop_wait = 0.0  # time in Lightning's own collective since the last step
+        self._loop_collective: tuple[Any, str] | None = None
 
     # -- set-up ---------------------------------------------------------------------------
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -165,6 +167,7 @@ class PerformanceCallback(_CallbackBase):
             listener.set_rank(trainer.global_rank)
             if join_cluster(listener):  # a no-op without an initialised process group
                 self._collective = time_collectives(listener, pl_module, _ddp_of(trainer))
+                self._wrap_loop_collective(trainer)
         self._last_step = trainer.global_step
         # Manual optimization may step several optimizers per batch (a GAN): an iteration is then
         # one training batch, and the record counts its optimizer steps.
@@ -205,7 +208,10 @@ class PerformanceCallback(_CallbackBase):
         self._started = now = self._clock()
         self._etl = etl = self._gap_etl
         self._gap_etl = 0.0
-        self._other = max(0.0, now - self._boundary - etl)
+        self._other = max(0.0, now - self._boundary - etl - self._loop_wait)
+        if self._loop_wait:  # Lightning's own collective between steps: waiting, not host work
+            self._collective.add_wait(self._loop_wait)
+            self._loop_wait = 0.0
         if self._timeline is not None:  # the device's side of the iteration starts here
             self._timeline.begin()
 
@@ -286,7 +292,32 @@ class PerformanceCallback(_CallbackBase):
         epoch_loop._on_before_fetch = _TimedFetch(epoch_loop._on_before_fetch, self, True)
         epoch_loop._on_after_fetch = _TimedFetch(epoch_loop._on_after_fetch, self, False)
 
+    def _wrap_loop_collective(self, trainer: Any) -> None:
+        """Time the collective Lightning's training loop runs between steps (a broadcast of whether
+        rank 0 got SIGTERM, Lightning 2.5 and later): the ranks that wait there for a late rank 0
+        are waiting, not doing host work."""
+        epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        name = "_broadcast_sigterm_tensor"
+        original = getattr(epoch_loop, name, None)
+        if original is None:
+            return
+        clock = self._clock
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = clock()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._loop_wait += clock() - began
+
+        epoch_loop.__dict__[name] = timed
+        self._loop_collective = (epoch_loop, name)
+
     def _unwrap(self, trainer: Any) -> None:
+        if self._loop_collective is not None:
+            loop, name = self._loop_collective
+            loop.__dict__.pop(name, None)
+            self._loop_collective = None
         if getattr(trainer.__dict__.get("save_checkpoint"), "_trainperf", False):
             del trainer.__dict__["save_checkpoint"]
         epoch_loop = self._epoch_loop

@@ -205,6 +205,10 @@ class CollectiveTimer:
         self._forward_end = None
         self._left = now
 
+    def add_wait(self, seconds: float) -> None:
+        """Time blocked in another collective of the iteration (a training framework's own)."""
+        self._broadcast += seconds
+
     # -- the optimizer step ----------------------------------------------------------------------
     def on_step(self, now: float) -> None:
         """The iteration's optimizer step ended at ``now`` (the adapter's reading of the clock)."""
