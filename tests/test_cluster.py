@@ -227,7 +227,8 @@ def test_a_listener_on_rank_zero_alone_never_stops_ddp_training(tmp_path):
     plan = Plan(ddp=True, iterations=60, listen=(0,), timeout_s=1.0, data_delay={0: 0.03, 1: 0.03})
     assert run_ranks(plan, tmp_path, limit_s=60.0) == [0, 0]
     rank0 = read(tmp_path, 0)
-    assert rank0["seconds"] < 0.03 * 60 + 8.0 and rank0["closed_in"] < 1.0
+    # its close waits for the others at most what is left of timeout_s since it started
+    assert rank0["seconds"] < 0.03 * 60 + 8.0 and rank0["closed_in"] < plan.timeout_s + 1.0, rank0
     assert len(rank0["warnings"]) == 1 and "no other rank linked" in rank0["warnings"][0], rank0["warnings"]
     assert (tmp_path / "own-0" / "rank-0" / "windows.jsonl").exists()
 

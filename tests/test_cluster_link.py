@@ -154,6 +154,9 @@ def test_a_rank_that_never_closes_holds_rank_zero_at_most_the_timeout_and_is_nam
     events = [json.loads(line) for line in (tmp_path / "rank-0" / "events.jsonl").read_text().splitlines()]
     assert any(e["kind"] == "silent" and e["rank"] == 2 for e in events)
     assert [s["rank"] for s in build_report(tmp_path)["silent"]] == [2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # closed from this thread, not its own
+        ranks[2].listener.close()
 
 
 def test_a_rank_whose_link_dies_is_marked_silent_during_the_run(tmp_path):
@@ -165,12 +168,15 @@ def test_a_rank_whose_link_dies_is_marked_silent_during_the_run(tmp_path):
     listener0._owner = threading.get_ident()  # this thread goes on training rank 0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for _ in range(8):
+        for _ in range(24):  # gathers for 1.2 s: past the timeout since any heartbeat it may still have sent
             listener0.record_iteration(8)
             time.sleep(0.05)
         listener0.close()
     assert list(ranks[0].cluster.silent) == [1]
     assert any("rank 1 went silent" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ranks[1].listener.close()
 
 
 class FailingStore:

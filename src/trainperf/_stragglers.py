@@ -32,7 +32,7 @@ GC_SHARE = 0.5
 _PHASES: tuple[tuple[str, str, str], ...] = (
     ("data", "etl_ms", "data wait"),
     ("forward", "forward_ms", "forward pass"),
-    ("backward", "backward_ms", "loss and backward up to its last gradient bucket"),
+    ("backward", "backward_ms", "loss and backward up to its last gradient"),
     ("optimizer", "step_ms", "optimizer step"),
     ("host", "other_ms", "host time after the step (logging, evaluation, checkpoints)"),
     ("gc", "gc_ms", "garbage collection"),
@@ -52,7 +52,7 @@ class RankFigures:
         compute_ms: mean time in the step (forward, backward with the collectives, optimizer step).
         other_ms: mean host time that is neither data wait nor the step.
         iteration_ms: mean iteration time.
-        backward_ms: mean time from the forward pass's end to the last gradient bucket being ready.
+        backward_ms: mean time from the forward pass's end to the backward pass's last gradient.
         step_ms: mean time from the backward pass's end to the optimizer step's end.
         comm_ms: mean time in comm hooks launching the collectives.
         wait_ms: mean time blocked in collectives; ``None`` when they are not timed.

@@ -419,9 +419,10 @@ class _Leader:
             self.latest[peer] = json.loads(value)
             self.seen[peer] = time.monotonic()
         beat = link._take(f"beat/{peer}")
-        if beat is not None:
-            self.seen[peer] = time.monotonic()
-            self.wall_seen[peer] = float(beat.decode())
+        if beat is not None:  # when it was posted, on rank 0's clock: an old beat read late is still old
+            posted = float(beat.decode()) + link.offsets.get(peer, (0.0, 0.0))[0]
+            self.seen[peer] = time.monotonic() - max(0.0, link._wall() - posted)
+            self.wall_seen[peer] = posted
         return link._has(f"bye/{peer}")
 
     def _gather(self, reports: list[PerformanceRecord]) -> None:
