@@ -165,3 +165,72 @@ def test_cluster_line_without_straggler():
     assert cluster_line(ddp_ranks(2)).endswith("slowest rank 0; no straggler")
     with pytest.raises(ValueError, match="figures"):
         cluster_line([])
+
+
+def test_medians_of_the_others_match_a_plain_median_for_any_count():
+    from statistics import median
+
+    from trainperf._stragglers import _medians_of_others
+
+    rng = random.Random(3)
+    for n in range(2, 9):
+        for _ in range(50):
+            values = [rng.choice([1.0, 2.0, 3.0, rng.uniform(0, 10)]) for _ in range(n)]
+            expected = [median(values[:k] + values[k + 1:]) for k in range(n)]
+            assert _medians_of_others(values) == pytest.approx(expected)
+    assert _medians_of_others([4.0]) == [4.0]
+
+
+def test_gc_wins_from_half_of_the_lateness_on():
+    # a 15 ms pause inside a forward pass that is 25 ms slower: GC makes 60% of the lateness
+    ranks = ddp_ranks(3, 1, "forward_ms", extra_ms=25.0)
+    ranks[1] = RankFigures(**{**{f: getattr(ranks[1], f) for f in RankFigures.__slots__}, "gc_ms": 15.0})
+    assert find_stragglers(ranks)[0].cause == "gc"
+    ranks[1] = RankFigures(**{**{f: getattr(ranks[1], f) for f in RankFigures.__slots__}, "gc_ms": 12.5})
+    assert find_stragglers(ranks)[0].cause == "gc"  # exactly half
+    ranks[1] = RankFigures(**{**{f: getattr(ranks[1], f) for f in RankFigures.__slots__}, "gc_ms": 12.0})
+    assert find_stragglers(ranks)[0].cause == "forward"
+
+
+def test_lateness_equal_to_the_margin_is_not_late():
+    ranks = ddp_ranks(3, 2, "etl_ms", extra_ms=3.0)  # iteration ~21 ms: the margin is 3 ms
+    assert find_stragglers(ranks) == []
+    assert find_stragglers(ddp_ranks(3, 2, "etl_ms", extra_ms=3.01))[0].rank == 2
+
+
+def test_without_timed_collectives_or_forward_times_healthy_ranks_name_no_one():
+    ranks = [RankFigures(r, 10, 2.0, None, 20.0 + 0.1 * r, 1.0, 23.0 + 0.1 * r) for r in range(4)]
+    assert find_stragglers(ranks) == []
+    # host time and GC count before the collective
+    late = [RankFigures(r, 10, 2.0, 5.0, 20.0, 1.0, 23.0, gc_ms=6.0 if r == 3 else 0.0) for r in range(4)]
+    assert [(s.rank, s.cause) for s in find_stragglers(late)] == [(3, "gc")]
+
+
+def test_a_window_of_one_iteration_counts_and_missing_gc_is_none():
+    line = {"window_iterations": 1, "etl_ms": 1.0, "compute_ms": 9.0, "iteration_ms": 10.0}
+    f = rank_figures(2, line)
+    assert f is not None and f.iterations == 1 and f.gc_ms == 0.0 and f.gap is False and f.wait_ms is None
+
+
+def test_cluster_line_gives_the_spread_and_the_slowest_rank_without_a_straggler():
+    ranks = [RankFigures(r, 10, 1.0, None, t - 1.0, 0.0, t) for r, t in enumerate([20.0, 22.0, 21.0])]
+    assert cluster_line(ranks) == ("cluster: 3 ranks; iteration 20.0-22.0 ms (spread 2.0 ms, 10%); slowest rank 1; "
+                                   "no straggler")
+    zero = [RankFigures(r, 10, 0.0, None, 0.0, 0.0, 0.0) for r in range(2)]
+    assert "(spread 0.0 ms, 0%)" in cluster_line(zero)
+
+
+def test_the_cause_is_the_largest_excess_not_the_largest_phase():
+    """Every rank spends 40 ms in its backward pass; the late rank's data wait is 12 ms longer."""
+    ranks = [RankFigures(**{**{f: getattr(r, f) for f in RankFigures.__slots__},
+                            "backward_ms": 40.0}) for r in ddp_ranks(3, 0, "etl_ms", extra_ms=12.0)]
+    assert [(s.rank, s.cause) for s in find_stragglers(ranks)] == [(0, "data")]
+
+
+def test_figures_and_stragglers_are_values():
+    import dataclasses
+
+    f = ddp_ranks(2)[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        f.etl_ms = 1.0  # type: ignore[misc]
+    assert not hasattr(f, "__dict__")
