@@ -3,6 +3,7 @@ pass, on a fake clock that the loop's "work" advances."""
 
 from __future__ import annotations
 
+import math
 import sys
 
 import pytest
@@ -49,14 +50,49 @@ def test_a_generators_own_time_is_the_data_wait_and_the_loops_host_work_is_not()
     gap = GapSplitter(clock)
 
     def batches():
+        k = 0
         while True:
-            clock.work(0.02)
+            k += 1
+            math.sqrt(4.0)  # a C call inside the iterable: still the iterable's time
+            clock.work(0.01 * k)
             yield 1
 
     timed = run_loop(batches(), clock, gap, host_s=0.01, iterations=5)
     assert timed[0] is None  # before the first step nothing was timed
-    assert timed[1:] == [pytest.approx(0.02)] * 4
+    assert timed[1:] == [pytest.approx(0.02), pytest.approx(0.03), pytest.approx(0.04), pytest.approx(0.05)]
     assert sys.getprofile() is None
+
+
+def test_a_forward_pass_inside_the_iterable_closes_the_gap_at_its_start():
+    clock = Clock()
+    gap = GapSplitter(clock)
+    got = []
+
+    def loop_body():  # the loop's frame: it resumes a generator that runs the forward pass itself
+        def batches():
+            for _ in range(3):
+                clock.work(0.02)
+                got.append(gap.close())
+                yield 1
+
+        for _ in batches():
+            if not gap.loop_codes:
+                gap.learn_loop(sys._getframe(0))
+            gap.open()
+            clock.work(0.01)
+
+    loop_body()
+    gap.close()
+    assert got[1:] == [pytest.approx(0.02)] * 2
+
+
+def test_library_frames_are_not_the_loop():
+    import torch
+
+    from trainperf.torch._gap import _is_library
+
+    assert _is_library(GapSplitter.open.__code__) and _is_library(torch.nn.Module.__call__.__code__)
+    assert not _is_library(test_library_frames_are_not_the_loop.__code__)
 
 
 def test_an_iterator_class_and_next_called_by_hand_are_timed_too():
