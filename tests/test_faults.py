@@ -4,6 +4,8 @@ See ``tests/_faults.py``; ``benchmarks/fault_matrix.py`` runs the full matrix on
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -31,6 +33,12 @@ def _check(plan: Plan, tmp_path) -> None:
         # every window on a machine that may be busy: allow one in ten to go astray, never a wrong report
         assert o.right >= 0.9 * o.acting, (s.name, o.wrong)
         assert o.report[:1] == [(s.slow_rank, s.expected)], (s.name, o.report)
+    for s in plan.scenarios:  # every window's forward pass is a real one, the warm-up window's too
+        for rank in range(plan.world):
+            for line in (tmp_path / s.name / f"rank-{rank}" / "windows.jsonl").read_text().splitlines():
+                w = json.loads(line)
+                forward = w["extra"].get("forward_ms")
+                assert forward is not None and 0.0 <= forward <= w["iteration_ms"], (s.name, rank, w)
     right, false_alarms, healthy = share(outcomes)
     assert right >= 0.95
     assert false_alarms <= 0.05 * max(healthy, 1)
