@@ -87,6 +87,10 @@ class CollectiveTimer:
         self._on = True
         self._user: tuple[Callable[..., Any], Any] | None = None
         self._sync_buffers: Any = None
+        # With NCCL on CUDA the host does not block in the collective (the device's stream waits):
+        # a host-timed wait would say nothing, so none is recorded and the analysis compares what
+        # precedes the collective instead.
+        self.host_waits = ddp is not None and getattr(ddp, "device_type", "cpu") != "cuda"
         self.mode = "none" if ddp is None else self._install_hook()
         if ddp is not None and hasattr(ddp, "_sync_buffers"):
             self._sync_buffers = ddp.__dict__.get("_sync_buffers")
@@ -200,7 +204,8 @@ class CollectiveTimer:
             self._add("backward", max(0.0, ready - forward_end - early))
         if early or late:
             self._add("comm", early + late)
-        self._add_sample("wait", max(0.0, now - ready - late) + self._broadcast)
+        if self.host_waits:
+            self._add_sample("wait", max(0.0, now - ready - late) + self._broadcast)
         self._broadcast = 0.0
         self._forward_end = None
         self._left = now
