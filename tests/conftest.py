@@ -1,8 +1,28 @@
 from __future__ import annotations
 
+import importlib
 import logging
+import os
 
 import pytest
+
+#: The modules of the ``test`` extra that tests skip without. In CI (``TRAINPERF_REQUIRE_TEST_DEPS=1``,
+#: set by ``.ci/run``) a missing one is an error: a test that skips there is a test that never runs.
+TEST_MODULES = ("torch", "pytorch_lightning", "lightning", "hypothesis", "pandas", "matplotlib", "pyspark",
+                "perfetto", "psutil", "tensorboard", "tqdm", "pynvml")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if os.environ.get("TRAINPERF_REQUIRE_TEST_DEPS") != "1":
+        return
+    missing = []
+    for name in TEST_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise pytest.UsageError(f"test dependencies missing (install the test extra): {', '.join(missing)}")
 
 
 class FakeClock:

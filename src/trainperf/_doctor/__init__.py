@@ -32,7 +32,7 @@ def doctor(
 
     Example:
         >>> report = trainperf.doctor(model=model, loader=loader)  # doctest: +SKIP
-        >>> print(report)
+        >>> print(report)  # doctest: +SKIP
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")

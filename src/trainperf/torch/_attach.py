@@ -457,8 +457,10 @@ def attach(
     """Listen to ``model`` in an unchanged training loop; for models whose class you can't change.
 
     Example:
-        >>> handle = trainperf.torch.attach(model, PerformanceListener(10))  # doctest: +SKIP
-        >>> ...                                    # your loop, unchanged
+        >>> import torch, trainperf
+        >>> model = torch.nn.Linear(4, 1)
+        >>> handle = trainperf.torch.attach(model, trainperf.PerformanceListener(10, sinks=[]))
+        >>> # ... your loop, unchanged ...
         >>> handle.detach()                        # or listener.close()
     """
     return Attachment(model, listener, timeline_factory=timeline_factory)

@@ -21,10 +21,16 @@ class ListenerModule:
     """Mix into a model class to give it ``set_listeners`` and a reference ``fit`` loop.
 
     Example:
-        >>> class Net(ListenerModule, torch.nn.Module):  # doctest: +SKIP
-        ...     ...
+        >>> class Net(ListenerModule, torch.nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.layer = torch.nn.Linear(4, 1)
+        ...     def forward(self, x):
+        ...         return self.layer(x)
         >>> model = Net()
-        >>> model.set_listeners(PerformanceListener(10, report_gc=True))
+        >>> _ = model.set_listeners(PerformanceListener(10, sinks=[], report_gc=True))
+        >>> len(model.listeners)
+        1
     """
 
     def set_listeners(self, *listeners: PerformanceListener) -> list[Attachment]:
