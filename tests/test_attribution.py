@@ -42,7 +42,10 @@ def listener(clock, frequency=10, **kw):
 
 
 def windows(lst):
-    return [r for r in lst.history if not r.warmup]
+    """The windows past warm-up; a test of their figures must have some to check."""
+    out = [r for r in lst.history if not r.warmup]
+    assert out, "no window past the warm-up"
+    return out
 
 
 def assert_adds_up(record):

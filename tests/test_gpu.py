@@ -107,7 +107,8 @@ def test_a_listener_adds_no_synchronisation_while_training():
     listened = count_syncs(lambda: train(model, opt, batches, listener=listener))
     assert listened == bare
     listener.close()
-    assert [r.score is not None for r in listener.history if r.window_iterations == 5]
+    full = [r for r in listener.history if r.window_iterations == 5]
+    assert full and all(r.score is not None for r in full)
 
 
 def run(delay, *, sync, repeat, n=60):
@@ -121,7 +122,9 @@ def run(delay, *, sync, repeat, n=60):
         warnings.simplefilter("ignore")
         train(model, opt, loader, sync=sync, repeat=repeat)
         listener.close()
-    return [r for r in listener.history if not r.warmup and r.window_iterations == 10]
+    out = [r for r in listener.history if not r.warmup and r.window_iterations == 10]
+    assert out, "no full window past the warm-up"
+    return out
 
 
 def test_a_loader_hidden_behind_the_gpu_is_not_input_bound():

@@ -46,7 +46,9 @@ def sleepy_loader(n=25, delay=0.020, batch=16):
 
 
 def etls(listener):
-    return [r.etl_ms for r in listener.history if not r.warmup]
+    out = [r.etl_ms for r in listener.history if not r.warmup]
+    assert out, "no window past the warm-up"
+    return out
 
 
 def assert_data_wait_matches_the_stopwatch(listener, loader, skip=5):

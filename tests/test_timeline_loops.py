@@ -69,7 +69,10 @@ def run(clock, *, load_s, work_s, sync, n=60, frequency=10, loader=True, launch_
 
 
 def steady(lst):
-    return [r for r in lst.history if not r.warmup and r.window_iterations == 10]
+    """The full windows past warm-up; a test of their figures must have some to check."""
+    out = [r for r in lst.history if not r.warmup and r.window_iterations == 10]
+    assert out, "no full window past the warm-up"
+    return out
 
 
 def measured_speedup(clock, **kw):
