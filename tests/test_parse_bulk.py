@@ -285,3 +285,29 @@ def test_whole_numbers_beyond_what_a_float_holds_exactly_read_alike_on_both_path
     by_line, in_bulk = both_paths("\n".join(lines) + "\n")
     assert_agree(by_line, in_bulk)
     assert by_line.to_pandas()["iteration"][150] == in_bulk.to_pandas()["iteration"][150] == 2**53
+
+
+def test_bulk_reads_hand_written_deeplearning4j_lines_to_hand_written_figures(bulk):
+    """Expected figures typed from the lines themselves, not from the parser's other path."""
+    lines = [
+        "2019-03-01 10:00:00,123 INFO  [main] o.d.o.l.PerformanceListener - ETL: 0 ms; iteration 16; iteration time: "
+        "65 ms; samples/sec: 492.308; batches/sec: 15.384; score: 0.72; GC: [PS Scavenge: 2 (1ms)], "
+        "[PS MarkSweep: 2 (24ms)];",
+        "2019-03-01 10:00:01,123 INFO  [main] o.d.o.l.PerformanceListener - ETL: 3 ms; iteration 32; iteration time: "
+        "17 ms; samples/sec: 588.235; batches/sec: 18.382; score: 0.5; GC: [PS Scavenge: 5 (3ms)], "
+        "[PS MarkSweep: 2 (0ms)];",
+        "2019-03-01 10:00:02,123 INFO  [main] o.d.o.l.PerformanceListener - ETL: 12 ms; iteration 48; iteration time: "
+        "21 ms; samples/sec: 476.19; batches/sec: 14.881; score: 0.25; GC: [PS Scavenge: 0 (0ms)], "
+        "[PS MarkSweep: 3 (7ms)];",
+    ]
+    log = trainperf.parse_log(lines)
+    assert log._frame is not None  # read in bulk
+    assert log.column("iteration") == [16.0, 32.0, 48.0]
+    assert log.column("etl_ms") == [0.0, 3.0, 12.0]
+    assert log.column("iteration_ms") == [65.0, 17.0, 21.0]
+    assert log.column("samples_per_sec") == [492.308, 588.235, 476.19]
+    assert log.column("batches_per_sec") == [15.384, 18.382, 14.881]
+    assert log.column("score") == [0.72, 0.5, 0.25]
+    frame = log.to_pandas()
+    assert list(frame["gc.PS Scavenge.count"]) == [2, 5, 0] and list(frame["gc.PS Scavenge.ms"]) == [1.0, 3.0, 0.0]
+    assert list(frame["gc.PS MarkSweep.count"]) == [2, 2, 3] and list(frame["gc.PS MarkSweep.ms"]) == [24.0, 0.0, 7.0]

@@ -115,3 +115,42 @@ def test_tensorboard_killed_mid_write_reads_back_to_the_last_complete_event(tmp_
     steps = [s.step for s in scores]
     assert steps == list(range(1, len(steps) + 1))
     assert all(s.value == pytest.approx(1.0 / s.step) for s in scores)
+
+
+def _records(n: int):
+    from trainperf import PerformanceListener
+
+    out = []
+    listener = PerformanceListener(1, sinks=[out.append], verdict=False, clock=iter(range(1000)).__next__)
+    for _ in range(n):
+        listener.record_iteration(32, etl=0.001)
+    listener.close()
+    return out
+
+
+@pytest.mark.parametrize("keep", [1, 2, 17, -2, -1])  # bytes of the last line that reached the disk
+def test_a_json_line_cut_at_any_byte_reads_back_without_it_and_the_next_run_starts_a_new_line(tmp_path, keep):
+    """The cut a crash leaves, made by hand at a chosen byte (a killed writer rarely cuts a line)."""
+    from trainperf.sinks import JsonLinesSink
+
+    path = tmp_path / "run.jsonl"
+    with JsonLinesSink(path) as sink:
+        for record in _records(3):
+            sink(record)
+    whole = path.read_bytes()
+    last_start = whole.rstrip(b"\n").rfind(b"\n") + 1
+    last = whole[last_start:]
+    cut = whole[: last_start + (keep if keep > 0 else len(last) + keep - 1)]
+    assert not cut.endswith(b"\n") and len(cut) > last_start
+    path.write_bytes(cut)
+    log = parse_log(path)
+    assert log.column("iteration") == [1.0, 2.0] and log.truncated == 1
+
+    with JsonLinesSink(path, append=True) as sink:  # the next run appends after the cut
+        sink(_records(1)[0])
+    lines = path.read_bytes().split(b"\n")
+    assert lines[2] == cut[last_start:]  # the cut line stays on its own line, untouched
+    assert json.loads(lines[3])["iteration"] == 1 and lines[4] == b""
+    again = parse_log(path)
+    assert again.column("iteration") == [1.0, 2.0, 1.0]
+    assert again.truncated == 0 and again.skipped == 1  # the cut line is skipped, not read
