@@ -115,7 +115,8 @@ def test_gc_pause_time_is_measured_not_estimated():
     del junk
     gen2 = {s.name: s for s in rec.gc}["gen2"]
     assert gen2.count >= 1
-    assert 0.5 * pause_ms <= gen2.ms <= 1.05 * pause_ms
+    # the pause as gc.callbacks see it: inside the collect() the stopwatch times, all but its call
+    assert 0.8 * pause_ms <= gen2.ms <= pause_ms
     lst.close()
 
 
