@@ -195,7 +195,7 @@ def test_well_formed_lines_read_back_as_written(items):
 
 
 @given(records(), st.text(min_size=1, max_size=30))
-def test_a_logger_prefix_cannot_change_the_records_fields(record, prefix):
+def test_any_logger_prefix_cannot_change_the_records_fields(record, prefix):
     line = f"{prefix} ETL: 5 ms; iteration 999; " + format_line(record)
     log = parse_log([line])
     assert log.column("iteration") == [float(record.iteration)]

@@ -122,7 +122,7 @@ def test_a_line_without_etl_is_read_among_lines_that_fool_a_count_of_etl_fields(
 @pytest.mark.parametrize(
     "prefix", ["ETL: 5 ms; iteration 999; ", "iteration 999; ", "{", "[x] ETL: 5 ms; iteration 999; a: b; "]
 )
-def test_a_logger_prefix_cannot_change_the_records_fields(prefix):
+def test_hand_picked_prefixes_that_look_like_fields_cannot_change_the_records_fields(prefix):
     lines = [f"2026-11-22 INFO {prefix}" + format_line(record(i)) for i in (10, 20)]
     lines.append(f"INFO {prefix}" + format_line(record(30, etl_ms=None)))
     log = read_both("\n".join(lines) + "\n")
