@@ -17,6 +17,8 @@ import torch.distributed as dist  # noqa: E402
 from trainperf import PerformanceListener, build_report  # noqa: E402
 from trainperf.torch._cluster import Cluster  # noqa: E402
 
+pytestmark = pytest.mark.realtime
+
 TIMEOUT_S = 1.0
 
 
@@ -212,68 +214,3 @@ def test_a_failing_store_turns_the_link_off_with_one_warning_and_training_goes_o
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1 and "store connection reset" in messages[0], messages
     assert len((tmp_path / "rank-1" / "windows.jsonl").read_text().splitlines()) == 10
-
-
-class ScriptedStore:
-    """A store whose pongs arrive at once, holding the peer's clock readings given."""
-
-    def __init__(self, theirs):
-        self.theirs, self.data = list(theirs), {}
-
-    def set(self, key, value):
-        self.data[key] = value
-
-    def check(self, keys):
-        return True
-
-    def get(self, key):
-        i = int(key.rsplit("/", 1)[1])
-        return repr(self.theirs[i]).encode()
-
-    def delete_key(self, key):
-        self.data.pop(key, None)
-        return True
-
-
-def test_the_clock_estimate_keeps_the_shortest_round_trip():
-    from trainperf.torch import _cluster
-
-    # (sent, back) on rank 0's clock per ping, and the peer's reading in between; the peer runs 2 s behind
-    trips = [(10.0, 10.010), (11.0, 11.002), (12.0, 12.0004), (13.0, 13.006)]
-    trips += [(14.0 + k, 14.05 + k) for k in range(8)]
-    theirs = [(s + b) / 2 - 2.0 + (0.003 if k != 2 else 0.0) for k, (s, b) in enumerate(trips)]
-    readings = iter(t for trip in trips for t in trip)
-
-    class Link:
-        _store = ScriptedStore(theirs)
-        timeout_s = 1.0
-        _run_dir = None
-        offsets: dict = {}
-
-        @staticmethod
-        def _wall():
-            return next(readings)
-
-    leader = _cluster._Leader.__new__(_cluster._Leader)
-    leader.link, leader.store, leader.rounds = Link, Link._store, {}
-    leader._align(1)
-    offset, uncertainty = Link.offsets[1]
-    assert offset == pytest.approx(2.0) and uncertainty == pytest.approx(0.0002)  # the third ping's
-    assert Link._store.data["offset/1/0"] == f"{offset!r},{uncertainty!r}"
-
-
-def test_gathered_figures_are_means_weighted_by_iterations():
-    from trainperf import PerformanceRecord
-    from trainperf.torch._cluster import _figures
-
-    def record(iteration, n, etl, wait):
-        return PerformanceRecord(iteration=iteration, window_iterations=n, window_s=0.1, warmup=False, timestamp=0.0,
-                                 etl_ms=etl, compute_ms=10.0, other_ms=1.0, iteration_ms=11.0 + etl,
-                                 gc_total_ms=float(n), extra={"wait_ms": wait, "forward_ms": 2.0})
-
-    out = _figures([record(10, 10, 1.0, 4.0), record(40, 30, 5.0, 8.0)])
-    assert out["window_iterations"] == 40 and out["first"] == 1 and out["last"] == 40
-    assert out["etl_ms"] == pytest.approx((10 * 1.0 + 30 * 5.0) / 40)
-    assert out["wait_ms"] == pytest.approx((10 * 4.0 + 30 * 8.0) / 40)
-    assert out["gc_total_ms"] == 40.0 and "backward_ms" not in out  # a part one window lacks is left out
-    assert _figures([])["window_iterations"] == 0

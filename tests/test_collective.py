@@ -16,7 +16,10 @@ import torch.distributed as dist  # noqa: E402
 from trainperf import PerformanceListener  # noqa: E402
 from trainperf.torch import attach  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+pytestmark = [
+    pytest.mark.realtime,
+    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
+]
 
 
 @pytest.fixture(scope="module")
