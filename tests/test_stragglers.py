@@ -234,3 +234,26 @@ def test_figures_and_stragglers_are_values():
     with pytest.raises(dataclasses.FrozenInstanceError):
         f.etl_ms = 1.0  # type: ignore[misc]
     assert not hasattr(f, "__dict__")
+
+
+def test_gc_counts_by_its_excess_over_the_others_not_by_its_size():
+    """Every rank collects 10 ms per iteration; the late rank 4 ms more, and its forward pass is 20 ms
+    slower: GC makes a fifth of the lateness, so the cause is the forward pass."""
+    ranks = ddp_ranks(3, 1, "forward_ms", extra_ms=20.0)
+    ranks = [RankFigures(**{**{f: getattr(r, f) for f in RankFigures.__slots__},
+                            "gc_ms": 14.0 if r.rank == 1 else 10.0}) for r in ranks]
+    assert find_stragglers(ranks)[0].cause == "forward"
+
+
+def test_only_a_data_wait_from_the_gap_is_renamed_host():
+    found = find_stragglers(ddp_ranks(3, 1, "forward_ms", gap=True))
+    assert found[0].cause == "forward" and "untimed iterable" not in found[0].evidence
+    assert find_stragglers(ddp_ranks(3, 1, "step_ms", gap=True))[0].cause == "optimizer"
+
+
+def test_a_straggler_is_a_value():
+    import dataclasses
+
+    s = find_stragglers(ddp_ranks(2, 1, "etl_ms"))[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.rank = 0  # type: ignore[misc]
