@@ -356,3 +356,27 @@ def test_bottleneck_warning_from_an_attached_model_points_at_the_users_line(cloc
             opt.step()  # the step closes the iteration that reports and warns
     lst.close()
     assert caught[0].filename == __file__
+
+
+def test_cpu_records_have_no_device_figures_and_are_not_deferred(clock):
+    listener = PerformanceListener(2, sinks=[], clock=clock, report_hardware=False)
+    listener.start()
+    clock.advance(0.01)
+    assert listener.record_iteration(samples=1, etl=0.002) is None
+    clock.advance(0.01)
+    record = listener.record_iteration(samples=1, etl=0.008)
+    assert record is not None and (record.first_iteration, record.iteration) == (1, 2)
+    assert record.device_idle_ms is None and record.device_idle_max_ms is None
+    assert record.speedup_if_data_free == pytest.approx(0.02 / (0.02 - 0.01))
+    assert record.speedup_if_gc_free == pytest.approx(1.0)
+
+
+def test_cpu_summary_says_what_free_data_would_gain(clock):
+    listener = PerformanceListener(2, sinks=[], clock=clock, report_hardware=False, verdict=False)
+    listener.start()
+    for _ in range(6):
+        clock.advance(0.01)
+        listener.record_iteration(samples=1, etl=0.0046)
+    summary = listener.summary()
+    assert summary.speedup_if_data_free == pytest.approx(1 / 0.54)
+    assert "data wait took 46% of the time: free data would make this run 1.85x faster" in str(summary)

@@ -187,31 +187,7 @@ def test_excluded_host_time_is_not_device_idle(clock):
     assert record.iteration_ms == pytest.approx(10.0)  # device time, validation left out
 
 
-def test_cpu_records_have_no_device_figures_and_are_not_deferred(clock):
-    listener = PerformanceListener(2, sinks=[], clock=clock, report_hardware=False)
-    listener.start()
-    clock.advance(0.01)
-    assert listener.record_iteration(samples=1, etl=0.002) is None
-    clock.advance(0.01)
-    record = listener.record_iteration(samples=1, etl=0.008)
-    assert record is not None and (record.first_iteration, record.iteration) == (1, 2)
-    assert record.device_idle_ms is None and record.device_idle_max_ms is None
-    assert record.speedup_if_data_free == pytest.approx(0.02 / (0.02 - 0.01))
-    assert record.speedup_if_gc_free == pytest.approx(1.0)
-
-
 def test_set_timeline_refuses_what_is_not_a_timeline(clock):
     listener = PerformanceListener(2, sinks=[], clock=clock)
     with pytest.raises(TypeError, match=r"timeline must be a DeviceTimeline \(missing start, begin"):
         listener.set_timeline(5)
-
-
-def test_cpu_summary_says_what_free_data_would_gain(clock):
-    listener = PerformanceListener(2, sinks=[], clock=clock, report_hardware=False, verdict=False)
-    listener.start()
-    for _ in range(6):
-        clock.advance(0.01)
-        listener.record_iteration(samples=1, etl=0.0046)
-    summary = listener.summary()
-    assert summary.speedup_if_data_free == pytest.approx(1 / 0.54)
-    assert "data wait took 46% of the time: free data would make this run 1.85x faster" in str(summary)
