@@ -257,3 +257,24 @@ def test_a_straggler_is_a_value():
     s = find_stragglers(ddp_ranks(2, 1, "etl_ms"))[0]
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.rank = 0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("phase", "words"), [
+    ("etl_ms", "data wait"), ("forward_ms", "forward pass"),
+    ("backward_ms", "loss and backward up to its last gradient"), ("step_ms", "optimizer step"),
+    ("other_ms", "host time after the step"), ("comm_ms", "comm hook launching the all-reduce"),
+])
+def test_the_evidence_names_the_phase_in_words(phase, words):
+    assert find_stragglers(ddp_ranks(3, 2, phase))[0].evidence.startswith(f"rank 2: {words}")
+
+
+def test_a_gap_read_from_a_file_is_a_gap():
+    line = {"window_iterations": 5, "etl_ms": 1.0, "compute_ms": 9.0, "iteration_ms": 10.0,
+            "etl_source": "".join(["g", "a", "p"])}  # a string built at run time, as json.loads builds it
+    assert rank_figures(0, line).gap is True
+
+
+@pytest.mark.parametrize(("spread", "share"), [(2.75, "14%"), (2.5, "12%"), (3.5, "18%")])
+def test_cluster_line_rounds_the_spread_share(spread, share):
+    ranks = [RankFigures(r, 10, 1.0, None, t - 1.0, 0.0, t) for r, t in enumerate([20.0, 20.0 + spread])]
+    assert f"(spread {spread:.1f} ms, {share})" in cluster_line(ranks)  # 13.75, 12.5 and 17.5 rounded
