@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from trainperf import Verdict
 from trainperf._verdict import (
     CONTENTION_LOAD_PCT,
     CONTENTION_WORKERS_PCT,
@@ -173,3 +174,79 @@ def test_the_devices_verdict_needs_a_material_amount_and_holds_down_to_its_hyste
     assert judge_device(1.0, 0.15, 0.15, 0.15, 0.0, iterations=10, previous="input-bound").kind == "fine"
     assert judge_device(1.0, 0.17, 0.0, 0.0, 0.0, 0.17, iterations=10, previous="loop-bound").kind == "loop-bound"
     assert judge_device(1.0, 0.09, 0.0, 0.0, 0.09, iterations=10, previous="gc-bound").kind == "gc-bound"
+
+
+def test_a_bottleneck_persists_from_three_windows_and_thirty_percent_of_those_judged():
+    from trainperf._verdict import persists
+
+    assert persists(3, 10) and persists(3, 3) and persists(4, 13)
+    assert not persists(2, 2)  # too few windows, however large a share
+    assert not persists(3, 11)  # 27% of the windows
+    assert not persists(0, 0)
+
+
+def test_cpu_load_in_percent_of_all_cores_and_what_the_step_needed():
+    from trainperf._verdict import CpuLoad
+
+    load = CpuLoad(process_pct=150.0, workers_pct=50.0, cores=4, step_threads=8, compute_pct=60.0)
+    assert load.load_pct == 50.0
+    assert load.needed_pct == 60.0 * 4  # no more cores than the process may run on
+    assert CpuLoad(100.0, 100.0, cores=0).load_pct == 200.0  # no core known: one
+    assert CpuLoad(100.0, 100.0, cores=2, step_threads=1, compute_pct=80.0).needed_pct == 80.0
+    assert CpuLoad(100.0, 100.0, cores=2, compute_pct=80.0).needed_pct is None
+    assert CpuLoad(100.0, 100.0, cores=2, step_threads=2).needed_pct is None
+
+
+@pytest.mark.parametrize(("process", "workers", "threads", "compute", "contended"), [
+    (130.0, 50.0, None, None, True),     # 90% of 2 cores, workers half a core: contended
+    (130.0, 49.9, None, None, False),    # workers under half a core
+    (129.0, 50.0, None, None, False),    # 89.5% of the cores
+    (110.0, 70.0, 2, 80.0, True),        # the step got 110% where it needed 160%: starved
+    (120.0, 60.0, 2, 80.0, False),       # 120% of 160% needed is 0.75: not starved
+    (119.0, 61.0, 2, 80.0, True),
+])
+def test_cpu_contention_at_and_around_its_lines(process, workers, threads, compute, contended):
+    from trainperf._verdict import CpuLoad
+
+    assert CpuLoad(process, workers, cores=2, step_threads=threads, compute_pct=compute).contended is contended
+
+
+def test_judge_with_no_time_and_shares_capped_at_the_whole_window():
+    assert judge(0.0, 1.0, 0.0) == Verdict("fine", 0.0, "no time elapsed")
+    assert judge(-1.0, 0.0, 0.0).kind == "fine"
+    over = judge(0.010, 0.020, 0.0)  # more data wait than window (clock skew between readings)
+    assert over.kind == "input-bound" and over.share == 100.0
+
+
+def test_a_fine_window_names_its_largest_share_and_other_host_work_from_one_percent():
+    fine = judge(1.0, 0.10, 0.02, 0.15)
+    assert fine == Verdict("fine", 15.0, "data wait 10%, GC 2%, other host work 15% of step")
+    assert judge(1.0, 0.10, 0.02, 0.0099).reason == "data wait 10%, GC 2% of step"
+    assert judge(1.0, 0.10, 0.02, 0.010).reason == "data wait 10%, GC 2%, other host work 1% of step"
+    assert judge(1.0, 0.05, 0.08, 0.0).share == 8.0
+
+
+def test_the_material_amount_grows_with_the_windows_iterations():
+    # 30% data wait of a 10 ms window: 3 ms, material for up to 6 iterations (0.5 ms each)
+    assert judge(0.010, 0.003, 0.0, iterations=6).kind == "input-bound"
+    assert judge(0.010, 0.003, 0.0, iterations=7).kind == "fine"
+    assert judge(0.010, 0.003, 0.0, iterations=0).kind == "input-bound"  # counted as one
+
+
+def test_bad_verdicts_say_what_free_data_or_gc_free_training_would_gain():
+    data = judge(1.0, 0.5, 0.0)
+    assert data == Verdict("input-bound", 50.0,
+                           "50% of step waiting for data: free data would make this run 2.00x faster")
+    gc = judge(1.0, 0.0, 0.2)
+    assert gc.reason == "20% of step in garbage collection: GC-free training would make this run 1.25x faster"
+    loop = judge(1.0, 0.0, 0.0, 0.25)
+    assert loop.reason == "25% of step in the loop's own host work, outside the loader and the step"
+
+
+def test_cpu_contention_gives_the_load_as_its_share_capped_at_the_whole():
+    from trainperf._verdict import CpuLoad
+
+    busy = CpuLoad(process_pct=150.0, workers_pct=60.0, cores=2)
+    assert judge(1.0, 0.3, 0.0, cpu=busy) == Verdict("cpu-contention", 100.0, busy.reason())
+    assert judge(1.0, 0.3, 0.0, cpu=CpuLoad(130.0, 52.34, cores=2)).share == 91.2
+    assert judge(1.0, 0.0, 0.2, cpu=busy).kind == "gc-bound"  # another bad share is not the CPU's
