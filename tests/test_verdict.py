@@ -250,3 +250,48 @@ def test_cpu_contention_gives_the_load_as_its_share_capped_at_the_whole():
     assert judge(1.0, 0.3, 0.0, cpu=busy) == Verdict("cpu-contention", 100.0, busy.reason())
     assert judge(1.0, 0.3, 0.0, cpu=CpuLoad(130.0, 52.34, cores=2)).share == 91.2
     assert judge(1.0, 0.0, 0.2, cpu=busy).kind == "gc-bound"  # another bad share is not the CPU's
+
+
+def test_device_idle_goes_to_data_then_gc_then_the_loops_own_work():
+    from trainperf._verdict import judge_device
+
+    # 100 ms of device time, 40 ms idle: 10 ms of it free data would remove, 25 ms of GC, 30 ms other
+    v = judge_device(0.100, 0.040, 0.010, etl_s=0.012, gc_s=0.025, other_s=0.030)
+    assert v == Verdict("gc-bound", 25.0,
+                        "25% of the time the GPU waited for garbage collection: "
+                        "GC-free training would make this run 1.33x faster")
+    # 5 ms of GC: the loop's work gets the 25 ms left of the idle time
+    v = judge_device(0.100, 0.040, 0.010, etl_s=0.012, gc_s=0.005, other_s=0.030)
+    assert v == Verdict("loop-bound", 25.0,
+                        "25% of the time the GPU waited for the loop's own host work between steps")
+    # the loop's work is capped by its own host time
+    assert judge_device(0.100, 0.040, 0.010, etl_s=0.012, gc_s=0.005, other_s=0.015).kind == "fine"
+
+
+def test_device_input_bound_at_its_line_and_not_below():
+    from trainperf._verdict import judge_device
+
+    at = judge_device(0.100, 0.020, 0.020, etl_s=0.020, gc_s=0.0)
+    assert at == Verdict("input-bound", 20.0,
+                         "20% of the time the GPU waited for data: free data would make this run 1.25x faster")
+    assert judge_device(0.100, 0.0199, 0.0199, etl_s=0.020, gc_s=0.0).kind == "fine"
+    assert judge_device(0.100, 0.0199, 0.0199, etl_s=0.020, gc_s=0.0, previous="input-bound").kind == "input-bound"
+    # worth fixing: at least 0.5 ms of idle time per iteration
+    assert judge_device(0.100, 0.020, 0.020, etl_s=0.020, gc_s=0.0, iterations=40).kind == "input-bound"
+    assert judge_device(0.100, 0.020, 0.020, etl_s=0.020, gc_s=0.0, iterations=41).kind == "fine"
+
+
+def test_device_host_bound_and_fine_words():
+    from trainperf._verdict import HOST_BOUND_UTILIZATION, judge_device
+
+    low = HOST_BOUND_UTILIZATION - 10.0
+    v = judge_device(0.100, 0.002, 0.0, etl_s=0.0, gc_s=0.0, utilization=low)
+    assert v.kind == "host-bound" and v.share == round(100.0 - low, 1)
+    assert v.reason.endswith("yet it waited between steps only 2% of the time: the host cannot launch work fast enough")
+    assert judge_device(0.100, 0.002, 0.0, etl_s=0.0, gc_s=0.0, utilization=HOST_BOUND_UTILIZATION).kind == "fine"
+    hidden = judge_device(0.100, 0.010, 0.001, etl_s=0.030, gc_s=0.0, iterations=10)
+    assert hidden == Verdict(
+        "fine", 1.0, "1% of the time the GPU waited for data; data: 3 ms per batch, hidden behind 9 ms of GPU work")
+    plain = judge_device(0.100, 0.010, 0.0, etl_s=0.0, gc_s=0.0, iterations=10)
+    assert plain.reason == "0% of the time the GPU waited for data; 9 ms of GPU work per step"
+    assert judge_device(0.0, 0.0, 0.0, etl_s=0.0, gc_s=0.0) == Verdict("fine", 0.0, "no time elapsed")
