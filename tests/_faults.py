@@ -20,15 +20,15 @@ from __future__ import annotations
 import gc
 import json
 import math
-import multiprocessing
 import os
-import socket
 import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from _ranks import run_forked
 
 #: The cause the report must give for each fault.
 EXPECTED = {"data": "data", "forward": "forward", "loss": "backward", "optimizer": "optimizer", "host": "host",
@@ -178,30 +178,9 @@ def _run_scenario(rank, out, plan, scenario, heap, gc_per_object, torch, dist, l
     listener.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run(plan: Plan, out: Path, limit_s: float = 600.0) -> list[int | None]:
     """Run ``plan``'s ranks (forked) into ``out``; their exit codes (``None``: killed at ``limit_s``)."""
-    import torch._dynamo  # noqa: F401 - imported once here, the forked ranks share it
-
-    ctx = multiprocessing.get_context("fork")
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, port, str(out), plan)) for r in range(plan.world)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + limit_s
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    codes = [p.exitcode for p in procs]
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
-    return codes
+    return run_forked(_worker, plan.world, (str(out), plan), limit_s)
 
 
 @dataclass

@@ -5,10 +5,8 @@ without holding the others, and rank 0 gets every rank's files."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
-import socket
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
+
+from _ranks import run_forked  # noqa: E402
 
 pytestmark = [
     pytest.mark.realtime,
@@ -118,31 +118,9 @@ def worker(rank: int, port: int, out: str, plan: Plan) -> None:
     dist.destroy_process_group()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_ranks(plan: Plan, out, limit_s: float = 120.0) -> list[int | None]:
-    """Start one process per rank (forked: torch is imported already) and wait for all of them;
-    their exit codes, ``None`` for one still running at ``limit_s`` (then killed)."""
-    import torch._dynamo  # noqa: F401 - an optimizer imports it; imported here, the forked ranks share it
-
-    ctx = multiprocessing.get_context("fork")
-    port = free_port()
-    procs = [ctx.Process(target=worker, args=(rank, port, str(out), plan)) for rank in range(plan.world)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + limit_s
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    codes = [p.exitcode for p in procs]
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
-    return codes
+    """Every rank's exit code (``None``: killed at ``limit_s``)."""
+    return run_forked(worker, plan.world, (str(out), plan), limit_s)
 
 
 def read(out, rank: int) -> dict:

@@ -142,11 +142,6 @@ def _margin(figures: Sequence[RankFigures]) -> float:
     return max(LATE_SHARE * statistics.median(f.iteration_ms for f in figures), LATE_MIN_MS)
 
 
-def _phase(f: RankFigures, field: str) -> float | None:
-    value: float | None = getattr(f, field)
-    return value
-
-
 def find_stragglers(figures: Sequence[RankFigures]) -> list[Straggler]:
     """The rank that holds the others back, with its cause; an empty list when none does.
 
@@ -209,7 +204,7 @@ def _cause(figures: Sequence[RankFigures], i: int, late: float, timed: bool) -> 
     if not timed and figures[i].forward_ms is None:
         phases.append(("compute", "compute_ms", "step"))
     for cause, field, _ in phases:
-        values = [_phase(f, field) for f in figures]
+        values: list[float | None] = [getattr(f, field) for f in figures]
         if any(v is None for v in values):
             continue
         known = [float(v) for v in values if v is not None]
