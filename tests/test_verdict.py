@@ -295,3 +295,102 @@ def test_device_host_bound_and_fine_words():
     plain = judge_device(0.100, 0.010, 0.0, etl_s=0.0, gc_s=0.0, iterations=10)
     assert plain.reason == "0% of the time the GPU waited for data; 9 ms of GPU work per step"
     assert judge_device(0.0, 0.0, 0.0, etl_s=0.0, gc_s=0.0) == Verdict("fine", 0.0, "no time elapsed")
+
+
+def test_shares_are_exact_tenths_of_a_percent_not_whole_percents():
+    # 100 ms of 300: 33.33%, kept to one decimal (not floored to 33, not rounded to 33.33)
+    assert judge(0.300, 0.100, 0.0).share == 33.3
+    assert judge(0.300, 0.010, 0.029).share == 9.7  # fine: GC's 9.67% is the largest
+    assert judge(0.300, 0.010, 0.0, 0.0590).share == 19.7  # fine: other host work's 19.67%
+    assert judge(0.300, 0.0, 0.0316).share == 10.5  # GC-bound at 10.53%
+    assert judge(0.300, 0.0, 0.0, 0.0616).share == 20.5  # loop-bound at 20.53%
+
+
+def test_every_share_is_capped_at_the_whole_window():
+    assert judge(0.010, 0.0, 0.020) == Verdict("gc-bound", 100.0, "100% of step in garbage collection")
+    assert judge(0.010, 0.0, 0.0, 0.020).share == 100.0
+    assert judge(0.010, 0.0, 0.0, 0.020).reason.startswith("100% of step in the loop's own host work")
+
+
+def test_judge_defaults_no_other_host_time_and_one_iteration():
+    assert judge(1.0, 0.0, 0.0) == Verdict("fine", 0.0, "data wait 0%, GC 0% of step")
+    # 0.6 ms of a 2 ms window: material for the one iteration it holds by default
+    assert judge(0.002, 0.0006, 0.0).kind == "input-bound"
+
+
+def test_material_amount_is_half_a_millisecond_exactly():
+    assert judge(0.001, 0.0005, 0.0).kind == "input-bound"
+    assert judge(0.001, 0.0004996, 0.0).kind == "fine"
+    assert judge_device(0.001, 0.0005, 0.0005, etl_s=0.0005, gc_s=0.0).kind == "input-bound"
+    assert judge_device(0.001, 0.0004996, 0.0004996, etl_s=0.0005, gc_s=0.0).kind == "fine"
+    assert judge_device(0.001, 0.0006, 0.0006, etl_s=0.0006, gc_s=0.0, iterations=0).kind == "input-bound"
+
+
+def test_verdict_parts_are_frozen():
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        CpuLoad(100.0, 50.0, cores=2).cores = 4  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Thresholds().input_bound = 5.0  # type: ignore[misc]
+
+
+def test_needed_cpu_counts_at_least_one_core():
+    assert CpuLoad(100.0, 50.0, cores=0, step_threads=4, compute_pct=50.0).needed_pct == 50.0
+    assert CpuLoad(100.0, 50.0, cores=0).load_pct == 150.0
+    assert CpuLoad(100.0, 50.0, cores=3, step_threads=4, compute_pct=50.0).needed_pct == 150.0
+
+
+def test_device_shares_are_exact_tenths_of_a_percent():
+    # 300 ms of device time, 100 ms idle: 70 ms of it waiting for data (23.33%)
+    v = judge_device(0.300, 0.100, 0.070, etl_s=0.070, gc_s=0.020, other_s=0.005)
+    assert v == Verdict("input-bound", 23.3,
+                        "23% of the time the GPU waited for data: free data would make this run 1.30x faster")
+    # GC takes 29 ms of the idle time (9.67%): fine, and GC's share is the window's largest
+    assert judge_device(0.300, 0.050, 0.010, etl_s=0.010, gc_s=0.029).share == 9.7
+    # the loop's own work takes 59 ms of it (19.67%)
+    assert judge_device(0.300, 0.070, 0.0, etl_s=0.0, gc_s=0.0, other_s=0.059).share == 19.7
+    assert judge_device(0.300, 0.040, 0.0, etl_s=0.0, gc_s=0.0316).share == 10.5  # GC-bound at 10.53%
+    assert judge_device(0.300, 0.070, 0.0, etl_s=0.0, gc_s=0.0, other_s=0.0616).share == 20.5  # loop-bound
+
+
+def test_device_shares_are_capped_at_the_whole_window():
+    assert judge_device(0.010, 0.020, 0.020, etl_s=0.020, gc_s=0.0).share == 100.0
+    assert judge_device(0.010, 0.020, 0.0, etl_s=0.0, gc_s=0.020).share == 100.0
+    assert judge_device(0.010, 0.020, 0.0, etl_s=0.0, gc_s=0.0, other_s=0.020).share == 100.0
+    starved = judge_device(0.010, 0.020, 0.0, etl_s=0.0, gc_s=0.0, utilization=40.0)
+    assert starved == Verdict("host-bound", 60.0, "60% of the time the GPU ran no kernel, yet it waited between "
+                              "steps only 100% of the time: the host cannot launch work fast enough")
+
+
+def test_device_ties_go_to_data_then_gc():
+    # 25% waiting for data and 25% for GC: data first
+    assert judge_device(1.0, 0.5, 0.25, etl_s=0.25, gc_s=0.25).kind == "input-bound"
+    # 12.5% for GC and 12.5% for the loop: GC first (both over their lines)
+    assert judge_device(1.0, 0.25, 0.0, etl_s=0.0, gc_s=0.125, other_s=0.125).kind == "gc-bound"
+
+
+def test_device_lines_are_reached_at_equality():
+    assert judge_device(1.25, 0.125, 0.0, etl_s=0.0, gc_s=0.125).kind == "gc-bound"  # exactly 10%
+    assert judge_device(1.25, 0.25, 0.0, etl_s=0.0, gc_s=0.0, other_s=0.25).kind == "loop-bound"  # exactly 20%
+    assert judge_device(1.25, 0.12, 0.0, etl_s=0.0, gc_s=0.12).kind == "fine"
+    assert judge_device(1.25, 0.24, 0.0, etl_s=0.0, gc_s=0.0, other_s=0.24).kind == "fine"
+
+
+def test_device_gc_and_loop_hidden_behind_device_work_make_no_window_bad():
+    # all the idle time was waiting for data (5%): 300 ms of GC and loop work ran while the GPU was busy
+    v = judge_device(1.0, 0.05, 0.05, etl_s=0.05, gc_s=0.3, other_s=0.3)
+    assert v.kind == "fine" and v.share == 5.0
+
+
+def test_device_negative_window_and_defaults():
+    assert judge_device(-1.0, 0.0, 0.0, etl_s=0.0, gc_s=0.0) == Verdict("fine", 0.0, "no time elapsed")
+    assert judge_device(1.0, 0.0, 0.0, etl_s=0.0, gc_s=0.0) == Verdict(
+        "fine", 0.0, "0% of the time the GPU waited for data; 1000 ms of GPU work per step")
+    assert judge_device(0.002, 0.0006, 0.0006, etl_s=0.0006, gc_s=0.0).kind == "input-bound"
+
+
+def test_device_utilisation_at_or_over_half_is_not_host_bound():
+    for utilization in (50.0, 60.0, 100.0):
+        assert judge_device(0.100, 0.002, 0.0, etl_s=0.0, gc_s=0.0, utilization=utilization).kind == "fine"
+    assert judge_device(0.100, 0.002, 0.0, etl_s=0.0, gc_s=0.0, utilization=49.9).share == 50.1
