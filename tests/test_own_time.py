@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 import pytest
 
 from trainperf._own_time import Ledger, UserClock, acquire, ledgers_in_use, release
@@ -66,3 +69,61 @@ def test_a_ledger_remembers_its_latest_additions_only():
     assert ledger.total_at(99.5) == 100.0
     assert ledger.total_at(50.5) == 51.0
     assert ledger.total_at(-1.0) == 36.0  # older than the 64 kept: the oldest kept total
+
+
+def _finishes(target: Callable[[], None], seconds: float = 10.0) -> bool:
+    """Runs ``target`` on a daemon thread: whether it finished (a deadlock does not hang the suite)."""
+    done = threading.Event()
+
+    def run() -> None:
+        target()
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return done.wait(seconds)
+
+
+def test_a_release_while_the_ledgers_are_locked_does_not_wait_and_is_counted_later():
+    from trainperf import _own_time
+
+    def clock() -> float:
+        return 0.0
+
+    before = _own_time.ledgers_in_use()
+    key, _ = _own_time.acquire(clock, 1)
+
+    def release_inside_acquire() -> None:  # what a finalizer run by a collection inside acquire() does
+        with _own_time._lock:
+            _own_time.release(key)
+
+    assert _finishes(release_inside_acquire)
+    assert _own_time.ledgers_in_use() == before
+
+
+def test_a_listener_collected_while_another_is_built_on_its_clock_does_not_deadlock():
+    import gc
+
+    from trainperf import PerformanceListener
+    from trainperf._own_time import ledgers_in_use
+
+    def clock() -> float:
+        return 0.0
+
+    before = ledgers_in_use()
+
+    def build_while_collecting() -> None:
+        thresholds = gc.get_threshold()
+        gc.collect()
+        for _ in range(20):
+            old = PerformanceListener(frequency=1, clock=clock)
+            old.cycle = old  # type: ignore[attr-defined]  # only a collection frees it
+            del old
+            gc.set_threshold(1)  # every allocation may collect, inside acquire() too
+            try:
+                PerformanceListener(frequency=1, clock=clock).close()
+            finally:
+                gc.set_threshold(*thresholds)
+        gc.collect()
+
+    assert _finishes(build_while_collecting, 60.0)
+    assert ledgers_in_use() == before

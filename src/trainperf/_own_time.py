@@ -53,6 +53,10 @@ class Ledger:
 # entry goes when its last listener does, while the listener still holds the clock (so no id is reused).
 _ledgers: dict[LedgerKey, tuple[Ledger, int]] = {}
 _lock = threading.Lock()
+# Releases not yet counted. A listener's finalizer releases its ledger, and a garbage collection can
+# run it anywhere, inside acquire() on the same thread too, while _lock is held: a release never
+# waits for the lock, it leaves its key here for whoever holds the lock next.
+_released: deque[LedgerKey] = deque()
 
 
 def acquire(clock: Callable[[], float], thread: int) -> tuple[LedgerKey, Ledger]:
@@ -60,18 +64,31 @@ def acquire(clock: Callable[[], float], thread: int) -> tuple[LedgerKey, Ledger]
     each :func:`acquire` is matched by one :func:`release`."""
     key = (id(clock), thread)
     with _lock:
+        _count_releases()
         ledger, users = _ledgers.get(key, (None, 0))
         if ledger is None:
             ledger = Ledger()
         _ledgers[key] = (ledger, users + 1)
+        _count_releases()  # any made by a collection while the ledger was built
         return key, ledger
 
 
 def release(key: LedgerKey) -> None:
-    with _lock:
+    """Give back one :func:`acquire` of ``key``; never blocks (it may run in a finalizer)."""
+    _released.append(key)
+    if _lock.acquire(blocking=False):
+        try:
+            _count_releases()
+        finally:
+            _lock.release()
+
+
+def _count_releases() -> None:
+    while _released:
+        key = _released.popleft()
         ledger, users = _ledgers.get(key, (None, 0))
         if ledger is None:
-            return
+            continue
         if users <= 1:
             del _ledgers[key]
         else:
@@ -80,7 +97,9 @@ def release(key: LedgerKey) -> None:
 
 def ledgers_in_use() -> int:
     """How many ledgers exist (for tests: none is left behind by closed listeners)."""
-    return len(_ledgers)
+    with _lock:
+        _count_releases()
+        return len(_ledgers)
 
 
 class UserClock:
