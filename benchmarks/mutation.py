@@ -31,6 +31,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "_timeline.py": ("tests/test_timeline.py", "tests/test_timeline_loops.py"),
     "_stragglers.py": ("tests/test_stragglers.py", "tests/test_report.py"),
     "_atomic.py": ("tests/test_atomic.py",),
+    "_gather.py": ("tests/test_gather.py",),
+    "_own_time.py": ("tests/test_own_time.py",),
     "torch/_gap.py": ("tests/test_gap.py",),
     "torch/_batch.py": ("tests/test_batch.py",),
     "sinks/_jsonlines.py": ("tests/test_sinks_files.py", "tests/test_sinks_kill.py"),

@@ -32,10 +32,11 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._gather import clock_offset, mean_figures
 from .._listener import PerformanceListener
 from .._record import PerformanceRecord
 from .._stragglers import cluster_line, find_stragglers, rank_figures
@@ -59,9 +60,6 @@ _POLL_S = 0.05
 _BEAT_S = 1.0
 #: At exit without a close (a crash), rank 0 waits at most this long for the others' last word.
 _EXIT_WAIT_S = 3.0
-#: The figures a rank posts per gather (means per iteration).
-_TIMES = ("etl_ms", "forward_ms", "backward_ms", "comm_ms", "wait_ms", "wait_p50_ms", "step_ms", "compute_ms",
-          "other_ms", "iteration_ms")
 
 #: Links made so far, per (store given, rank): the n-th link of every rank shares its keys.
 _links: dict[tuple[int | None, int], itertools.count[int]] = {}
@@ -293,7 +291,7 @@ class _Member:
         if not reports:
             return
         self.seq += 1
-        self.store.set(f"fig/{self.rank}/{self.seq}", json.dumps(_figures(reports)))
+        self.store.set(f"fig/{self.rank}/{self.seq}", json.dumps(mean_figures(reports)))
 
     def _close(self, reports: list[PerformanceRecord]) -> None:
         link = self.link
@@ -380,7 +378,7 @@ class _Leader:
         link, store = self.link, self.store
         k = self.rounds.get(peer, 0)
         self.rounds[peer] = k + 1
-        best: tuple[float, float] | None = None
+        trips: list[tuple[float, float, float]] = []
         for i in range(_PINGS):
             sent = link._wall()
             store.set(f"ping/{peer}/{k}/{i}", repr(sent))
@@ -391,15 +389,13 @@ class _Leader:
                     break
             else:
                 back = link._wall()
-                theirs = float(store.get(key).decode())
-                half = (back - sent) / 2.0
-                if best is None or half < best[1]:
-                    best = ((sent + back) / 2.0 - theirs, half)
+                trips.append((sent, float(store.get(key).decode()), back))
                 continue
             break
         for i in range(_PINGS):
             for name in ("ping", "pong"):
                 store.delete_key(f"{name}/{peer}/{k}/{i}")
+        best = clock_offset(trips)
         offset, half = best if best is not None else (math.nan, math.nan)
         store.set(f"offset/{peer}/{k}", f"{offset!r},{half!r}")
         if best is not None:
@@ -440,7 +436,7 @@ class _Leader:
 
     def _line(self, reports: list[PerformanceRecord]) -> None:
         link = self.link
-        found = [rank_figures(0, _figures(reports))] if reports else []
+        found = [rank_figures(0, mean_figures(reports))] if reports else []
         for peer in self._live_peers():
             if peer in self.latest:
                 found.append(rank_figures(peer, self.latest[peer]))
@@ -524,31 +520,6 @@ def _at_exit(link: Cluster) -> None:
 
     atexit.register(on_exit)
     multiprocessing.util.Finalize(None, on_exit, exitpriority=50)
-
-
-def _figures(reports: Sequence[PerformanceRecord]) -> dict[str, Any]:
-    """This rank's mean figures per iteration over ``reports`` (what a gather posts)."""
-    n = sum(r.window_iterations for r in reports)
-    out: dict[str, Any] = {"window_iterations": n, "last": reports[-1].iteration if reports else 0,
-                           "first": reports[0].iteration - reports[0].window_iterations + 1 if reports else 0}
-    for name in _TIMES:
-        total = 0.0
-        for r in reports:
-            value = getattr(r, name, None) if name in ("etl_ms", "compute_ms", "other_ms", "iteration_ms") \
-                else r.extra.get(name)
-            if value is None or (isinstance(value, float) and not math.isfinite(value)):
-                total = math.nan
-                break
-            total += float(value) * r.window_iterations
-        if n and math.isfinite(total):
-            out[name] = total / n
-    gc = [r.gc_total_ms for r in reports]
-    if all(g is not None for g in gc):
-        out["gc_total_ms"] = sum(g for g in gc if g is not None)
-    sources = {r.etl_source for r in reports}
-    if sources == {"gap"}:
-        out["etl_source"] = "gap"
-    return out
 
 
 def _write_peer_files(folder: Path, files: dict[str, bytes]) -> None:

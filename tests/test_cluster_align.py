@@ -1,5 +1,5 @@
-"""The ranks' link, its arithmetic alone: the clock estimate from ping-pong round trips, and the
-figures a rank posts per gather."""
+"""The ranks' link aligning a peer's clock over a scripted store: the round trips it makes and the
+offset it posts back (the arithmetic itself is in ``test_gather.py``)."""
 
 from __future__ import annotations
 
@@ -54,20 +54,3 @@ def test_the_clock_estimate_keeps_the_shortest_round_trip():
     offset, uncertainty = Link.offsets[1]
     assert offset == pytest.approx(2.0) and uncertainty == pytest.approx(0.0002)  # the third ping's
     assert Link._store.data["offset/1/0"] == f"{offset!r},{uncertainty!r}"
-
-
-def test_gathered_figures_are_means_weighted_by_iterations():
-    from trainperf import PerformanceRecord
-    from trainperf.torch._cluster import _figures
-
-    def record(iteration, n, etl, wait):
-        return PerformanceRecord(iteration=iteration, window_iterations=n, window_s=0.1, warmup=False, timestamp=0.0,
-                                 etl_ms=etl, compute_ms=10.0, other_ms=1.0, iteration_ms=11.0 + etl,
-                                 gc_total_ms=float(n), extra={"wait_ms": wait, "forward_ms": 2.0})
-
-    out = _figures([record(10, 10, 1.0, 4.0), record(40, 30, 5.0, 8.0)])
-    assert out["window_iterations"] == 40 and out["first"] == 1 and out["last"] == 40
-    assert out["etl_ms"] == pytest.approx((10 * 1.0 + 30 * 5.0) / 40)
-    assert out["wait_ms"] == pytest.approx((10 * 4.0 + 30 * 8.0) / 40)
-    assert out["gc_total_ms"] == 40.0 and "backward_ms" not in out  # a part one window lacks is left out
-    assert _figures([])["window_iterations"] == 0
