@@ -19,8 +19,14 @@ def listener() -> tp.PerformanceListener:
 L = tp.PerformanceListener
 
 CORE = [
-    ("frequency=0", lambda: L(0), ValueError, "frequency", "0"),
+    ("frequency=0", lambda: L(0), ValueError, "frequency must be a positive int", "0"),
+    ("frequency=-1", lambda: L(-1), ValueError, "frequency", "-1"),
     ("frequency=1.5", lambda: L(1.5), ValueError, "frequency", "1.5"),
+    ("frequency='10'", lambda: L("10"), ValueError, "frequency", "'10'"),
+    ("frequency=True", lambda: L(True), ValueError, "frequency", "True"),
+    ("frequency=None", lambda: L(None), ValueError, "frequency", "None"),
+    ("report_foo=True", lambda: L(10, report_foo=True), TypeError, "report_foo", ""),
+    ("report_gc='yes'", lambda: L(report_gc="yes"), TypeError, "report_gc must be a bool", "'yes'"),
     ("history=0", lambda: L(history=0), ValueError, "history", "0"),
     ("history='x'", lambda: L(history="x"), TypeError, "history", "'x'"),
     ("sinks=5", lambda: L(sinks=5), TypeError, "sinks", "5"),
@@ -60,6 +66,8 @@ SINKS = [
     ("JsonLinesSink(5)", lambda: S.JsonLinesSink(5), TypeError, "path", "5"),
     ("JsonLinesSink(append='no')", lambda p: S.JsonLinesSink(p / "x.jsonl", append="no"), TypeError, "append", "'no'"),
     ("JsonLinesSink(fsync=1)", lambda p: S.JsonLinesSink(p / "x.jsonl", fsync=1), TypeError, "fsync", "1"),
+    ("JsonLinesSink(missing folder)", lambda p: S.JsonLinesSink(p / "no" / "x.jsonl"), FileNotFoundError, "path",
+     "does not exist"),
     ("JsonLinesSink(folder)", lambda p: S.JsonLinesSink(p), IsADirectoryError, "path", "is a folder"),
     ("CsvSink(5)", lambda: S.CsvSink(5), TypeError, "path", "5"),
     ("CsvSink(missing folder)", lambda p: S.CsvSink(p / "no" / "x.csv"), FileNotFoundError, "path", "does not exist"),
@@ -89,15 +97,33 @@ def torch_calls():
 
     closed = listener()
     closed.close()
+
+    class Net(T.ListenerModule, torch.nn.Linear):
+        pass
+
+    net = Net(2, 1)
+
+    def fit_net():
+        return net
+
+    def optimizer():
+        return torch.optim.SGD(net.parameters(), lr=0.1)
+
     return [
         ("attach(model, 5)", lambda: T.attach(torch.nn.Linear(1, 1), 5), TypeError, "listener", "5"),
         ("attach(5, listener)", lambda: T.attach(5, listener()), TypeError, "model", "int"),
         ("attach(model, closed)", lambda: T.attach(torch.nn.Linear(1, 1), closed), ValueError, "listener", "closed"),
+        ("attach('model', listener)", lambda: T.attach("model", listener()), TypeError,
+         "model must be a torch.nn.Module", "str"),
         ("timed(5)", lambda: T.timed(5), ValueError, "targets", "listener"),
         ("timed([], 5)", lambda: T.timed([], 5), TypeError, "targets", "5"),
         ("detach(5)", lambda: T.detach(5), TypeError, "model", "5"),
         ("map_tensors(x, 5)", lambda: T.map_tensors([1], 5), TypeError, "fn", "5"),
         ("CudaTimeline('cpu')", lambda: T.CudaTimeline("cpu"), ValueError, "device", "'cpu'"),
+        ("fit(epochs=0)", lambda: fit_net().fit([], optimizer(), torch.nn.functional.mse_loss, epochs=0), ValueError,
+         "epochs must be a positive int", "0"),
+        ("fit(loss_fn='mse')", lambda: fit_net().fit([], optimizer(), "mse"), TypeError, "loss_fn must be callable",
+         "'mse'"),
         ("prefetch(5)", lambda: D.prefetch(5), TypeError, "source", "int"),
         ("prefetch(depth=0)", lambda: D.prefetch([], depth=0), ValueError, "depth", "0"),
         ("presave(5, path)", lambda p: D.presave(5, p / "ps"), TypeError, "source", "5"),
@@ -114,6 +140,8 @@ def lightning_calls():
 
     return [
         ("PerformanceCallback(0)", lambda: PerformanceCallback(0), ValueError, "frequency", "0"),
+        ("PerformanceCallback(report_foo=True)", lambda: PerformanceCallback(10, report_foo=True), TypeError,
+         "report_foo", ""),
         ("PerformanceCallback(bogus=1)", lambda: PerformanceCallback(bogus=1), TypeError, "bogus", ""),
         ("PerformanceCallback(log_to_loggers=1)", lambda: PerformanceCallback(log_to_loggers=1), TypeError,
          "log_to_loggers", "1"),

@@ -76,13 +76,6 @@ def test_callback_subclasses_the_callback_of_both_package_names():
     assert isinstance(callback, pl.Callback) and isinstance(callback, L.Callback)
 
 
-def test_unknown_option_names_it():
-    with pytest.raises(TypeError, match="report_foo"):
-        PerformanceCallback(10, report_foo=True)
-    with pytest.raises(ValueError, match="frequency must be a positive int, got 0"):
-        PerformanceCallback(0)
-
-
 @pytest.mark.realtime
 def test_data_wait_of_a_20ms_loader_reads_20ms_and_loggers_get_the_metrics(tmp_path):
     callback = PerformanceCallback(5, report_score=True, report_gc=True, sinks=[])

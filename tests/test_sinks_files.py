@@ -39,11 +39,6 @@ def test_jsonl_sink_is_a_context_manager_and_refuses_after_close(tmp_path, clock
         listener.record_iteration(samples=1)
 
 
-def test_file_sinks_name_a_missing_folder(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        JsonLinesSink(tmp_path / "no" / "x.jsonl")
-    with pytest.raises(TypeError, match="path must be"):
-        CsvSink(3)  # type: ignore[arg-type]
 
 
 def test_csv_has_a_stable_header_and_one_row_per_record(tmp_path, clock):
@@ -118,8 +113,6 @@ def test_logger_sink_takes_a_trainer_or_one_logger(clock):
         listener = PerformanceListener(1, sinks=[LoggerSink(source)], clock=clock)
         drive(listener, clock, 1)
     assert len(logger.calls) == 2
-    with pytest.raises(TypeError, match="loggers must be"):
-        _ = LoggerSink(42).loggers
 
 
 def test_tensorboard_sink_writes_scalars(tmp_path, clock):
@@ -152,8 +145,6 @@ def test_tqdm_sink_sets_the_postfix(clock):
     clock.advance(0.01)
     listener.record_iteration(samples=4, etl=0.002)
     assert bar.postfix is not None and "samples/s=400.0" in bar.postfix and "ETL=2ms" in bar.postfix
-    with pytest.raises(TypeError, match="tqdm"):
-        TqdmSink(object())
 
 
 def test_any_callable_is_a_sink(clock):

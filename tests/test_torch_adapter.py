@@ -119,15 +119,6 @@ def test_fit_reports_score_epochs_and_exact_loader_wait():
     assert all(r.samples_per_sec and r.samples_per_sec > 0 for r in recs)
 
 
-def test_fit_validates_arguments():
-    model = Net()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(ValueError, match="epochs must be a positive int, got 0"):
-        model.fit(data(1), opt, torch.nn.functional.cross_entropy, epochs=0)
-    with pytest.raises(TypeError, match="loss_fn must be callable"):
-        model.fit(data(1), opt, "mse")  # type: ignore[arg-type]
-
-
 def test_attach_works_on_a_model_whose_class_cannot_change():
     model = torch.nn.Sequential(torch.nn.Linear(4, 2))
     lst = listener(1)
@@ -139,13 +130,6 @@ def test_attach_works_on_a_model_whose_class_cannot_change():
     handle.detach()
     step(model, opt, *data(1)[0])
     assert lst.iteration == 3
-
-
-def test_attach_rejects_bad_arguments():
-    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got str"):
-        attach("model", listener())  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="listener must be a PerformanceListener"):
-        attach(Net(), object())  # type: ignore[arg-type]
 
 
 def live_step_hooks() -> int:
@@ -312,10 +296,6 @@ def test_device_path_records_two_events_per_iteration_and_never_waits_while_trai
 
 
 def test_timed_needs_a_target_and_keeps_len():
-    with pytest.raises(ValueError, match="targets"):
-        timed([1, 2])
-    with pytest.raises(TypeError, match="targets must be PerformanceListener"):
-        timed([1, 2], object())
     assert len(timed([1, 2, 3], listener())) == 3
 
 
