@@ -5,6 +5,7 @@ import json
 import pandas as pd
 import pytest
 
+from _pictures import assert_drawn
 from trainperf import _cli
 
 GUIDE = (
@@ -13,16 +14,6 @@ GUIDE = (
 )
 
 
-
-def assert_drawn(path) -> None:
-    """A real picture: a PNG that decodes, of a plot's size, with more than a blank page's colours."""
-    import matplotlib.image
-
-    image = matplotlib.image.imread(str(path))
-    height, width = image.shape[:2]
-    assert height >= 300 and width >= 400, image.shape
-    colours = {tuple(pixel) for pixel in image.reshape(-1, image.shape[2])[:: max(1, height * width // 20000)]}
-    assert len(colours) > 20, len(colours)  # lines, bars and text, not an empty canvas
 
 def write_log(tmp_path):
     path = tmp_path / "train.log"
