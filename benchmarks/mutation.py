@@ -6,8 +6,10 @@ killed and the survivors (file, line, operator), which ``tests/README.md`` judge
 
 Slow (one pytest run per mutant): not part of CI. Needs ``pip install cosmic-ray``.
 
-Run: ``python benchmarks/mutation.py [MODULE ...] [--jobs 2] [--keep DIR]``; with no module, all of
-:data:`MODULES`. A module is a path under ``src/trainperf`` such as ``_verdict.py``.
+Run: ``python benchmarks/mutation.py [MODULE ...] [--jobs 2] [--keep DIR [--report]]``; with no
+module, all of :data:`MODULES`. A module is a path under ``src/trainperf`` such as ``_verdict.py``.
+With ``--keep`` the sessions stay under DIR: ``--report`` prints what they hold so far (a long run
+can be read while it goes), and running again resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ MODULES: dict[str, tuple[str, ...]] = {
     "torch/_gap.py": ("tests/test_gap.py",),
     "torch/_batch.py": ("tests/test_batch.py",),
     "sinks/_jsonlines.py": ("tests/test_sinks_files.py", "tests/test_sinks_kill.py"),
+    "sinks/_csv.py": ("tests/test_sinks_files.py", "tests/test_sinks_kill.py"),
+    "_logs/_lines.py": ("tests/test_parse.py", "tests/test_parse_hostile.py", "tests/test_parse_bulk.py",
+                        "tests/test_format.py"),
+    "_logs/_parse.py": ("tests/test_parse.py", "tests/test_parse_hostile.py", "tests/test_parse_bulk.py"),
+    "_logs/_bulk.py": ("tests/test_parse_bulk.py", "tests/test_parse.py", "tests/test_parse_hostile.py"),
+    "torch/_attach.py": ("tests/test_torch_adapter.py", "tests/test_attribution.py", "tests/test_torch_loops.py"),
     "_report/_load.py": ("tests/test_report.py", "tests/test_run_dir.py"),
 }
 
@@ -50,53 +58,73 @@ name = "local"
 """
 
 
-def run_module(module: str, tests: tuple[str, ...], work: Path) -> tuple[str, int, int, list[str]]:
-    """Mutate ``module`` in a fresh worktree; (module, mutants, killed, survivors)."""
+def run_module(module: str, tests: tuple[str, ...], work: Path, keep: bool) -> tuple[str, int, int, list[str], int]:
+    """Mutate ``module`` in a worktree of its own; (module, run, killed, survivors, mutants). With ``keep``
+    the worktree stays, and a session found there is resumed rather than started again."""
     tree = work / module.replace("/", "_")
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(tree)], check=True,
-                   capture_output=True)
+    session = tree / "session.sqlite"
+    resume = keep and session.exists()
+    if not resume:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(tree)], check=True,
+                       capture_output=True)
     try:
         for test in tests:  # tests not committed yet still run
             shutil.copy(ROOT / test, tree / test)
         config = tree / "cosmic-ray.toml"
         config.write_text(CONFIG.format(module=module, python=sys.executable, tests=" ".join(tests)))
-        session = tree / "session.sqlite"
-        for step in ("init", "exec"):
+        for step in ("exec",) if resume else ("init", "exec"):
             subprocess.run([sys.executable, "-m", "cosmic_ray.cli", step, str(config), str(session)], cwd=tree,
                            check=True, capture_output=True)
         return (module, *_outcomes(session))
     finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+        if not keep:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                           capture_output=True)
 
 
-def _outcomes(session: Path) -> tuple[int, int, list[str]]:
+def _outcomes(session: Path) -> tuple[int, int, list[str], int]:
+    """(mutants run, killed, survivors, mutants in all) of a session."""
     with sqlite3.connect(session) as db:
         rows = db.execute(
             "SELECT m.operator_name, m.start_pos_row, m.occurrence, r.test_outcome FROM mutation_specs m "
             "JOIN work_results r ON r.job_id = m.job_id").fetchall()
+        specs = db.execute("SELECT COUNT(*) FROM mutation_specs").fetchone()[0]
     survivors = [f"line {row} {op} #{occ}" for op, row, occ, outcome in rows if outcome == "SURVIVED"]
     killed = sum(1 for *_, outcome in rows if outcome == "KILLED")
-    return len(rows), killed, sorted(survivors, key=lambda s: int(s.split()[1]))
+    return len(rows), killed, sorted(survivors, key=lambda s: int(s.split()[1])), specs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help="modules under src/trainperf (default: all)")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--keep", type=Path, help="keep each module's worktree and session here (read them "
+                        "while it runs with --report; run again to resume)")
+    parser.add_argument("--report", action="store_true", help="only print what the sessions under --keep hold")
     args = parser.parse_args()
     chosen = args.modules or list(MODULES)
     unknown = [m for m in chosen if m not in MODULES]
     if unknown:
         parser.error(f"unknown module(s) {unknown}; known: {', '.join(MODULES)}")
-    work = Path(tempfile.mkdtemp(prefix="trainperf-mutation-"))
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda m: run_module(m, MODULES[m], work), chosen))
-    for module, total, killed, survivors in results:
+    keep = args.keep is not None
+    work = args.keep.resolve() if keep else Path(tempfile.mkdtemp(prefix="trainperf-mutation-"))
+    if args.report:
+        if not keep:
+            parser.error("--report reads the sessions under --keep DIR")
+        results = [(m, *_outcomes(work / m.replace("/", "_") / "session.sqlite")) for m in chosen
+                   if (work / m.replace("/", "_") / "session.sqlite").exists()]
+    else:
+        work.mkdir(parents=True, exist_ok=True)
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(lambda m: run_module(m, MODULES[m], work, keep), chosen))
+    for module, total, killed, survivors, specs in results:
         share = 100.0 * killed / total if total else float("nan")
-        print(f"{module}: {killed} of {total} mutants killed ({share:.0f}%), {len(survivors)} survived")
+        pending = f" ({specs - total} of {specs} not run yet)" if specs > total else ""
+        print(f"{module}: {killed} of {total} mutants killed ({share:.0f}%), {len(survivors)} survived{pending}")
         for s in survivors:
             print(f"    {s}")
-    shutil.rmtree(work, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
