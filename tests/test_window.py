@@ -117,3 +117,54 @@ def test_each_iterations_gap_loses_its_own_pause():
     fig = window_figures(0.0, entries, pauses=pauses)
     assert fig.etls == pytest.approx((0.003, 0.003, 0.003))
     assert (fig.etl_s, fig.gc_s, fig.compute_s) == pytest.approx((0.009, 0.003, 0.018))
+
+
+def test_figures_are_frozen_slotted_values_with_empty_defaults():
+    import dataclasses
+
+    from trainperf._window import WindowFigures
+
+    fig = WindowFigures(iterations=1, window_s=0.5, etl_s=0.1, etl_max_s=0.1, durations=(0.5,), samples=None,
+                        batches=1)
+    assert (fig.other_s, fig.steps, fig.skipped, fig.etl_from_gap, fig.etls, fig.gc_s) == (0.0, 0, 0, 0, (), 0.0)
+    assert fig.compute_s == 0.4
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fig.etl_s = 0.2  # type: ignore[misc]
+    assert not hasattr(fig, "__dict__")
+
+
+def test_compute_is_never_negative_when_the_parts_exceed_the_window():
+    from trainperf._window import WindowFigures
+
+    fig = WindowFigures(iterations=1, window_s=0.5, etl_s=0.4, etl_max_s=0.4, durations=(0.5,), samples=1,
+                        batches=1, other_s=0.3)
+    assert fig.compute_s == 0.0
+
+
+def test_a_step_started_before_the_previous_end_has_no_data_wait_and_counts_as_a_gap():
+    fig = window_figures(1.0, [entry(1.5, started=0.9), entry(2.0, started=1.75)])
+    assert fig.etls == (0.0, 0.25) and fig.etl_from_gap == 2
+    assert window_figures(1.0, [entry(1.5, started=1.25), entry(2.0, etl=0.1)]).etl_from_gap == 1
+
+
+def test_a_pause_that_ended_before_later_iterations_is_counted_once():
+    # the pause is in the first iteration's gap; the next two iterations begin after it ended
+    entries = [entry(0.5, started=0.25), entry(1.0, started=0.75), entry(1.5, started=1.25)]
+    fig = window_figures(0.0, entries, pauses=[(0.0625, 0.125, 0)])
+    assert fig.etls == (0.125, 0.25, 0.25) and fig.gc_s == 0.125
+
+
+def test_a_short_pause_in_other_time_comes_out_of_it():
+    fig = window_figures(0.0, [entry(0.5, etl=0.125, other=0.25)], pauses=[(0.0625, 0.125, 0)])
+    assert (fig.other_s, fig.etl_s, fig.gc_s, fig.compute_s) == (0.125, 0.125, 0.125, 0.125)
+
+
+def test_a_collection_longer_than_a_short_step_takes_a_given_data_wait_down_to_what_is_left():
+    # 0.5 s: a given 0.3 s data wait, a 0.4 s pause inside the step: data wait 0.1, compute 0
+    fig = window_figures(0.0, [entry(0.5, etl=0.3)], pauses=[(0.0625, 0.4, 0)])
+    assert fig.etl_s == pytest.approx(0.1, abs=1e-12) and fig.compute_s == pytest.approx(0.0, abs=1e-12)
+
+
+def test_percentile_of_nothing_is_a_value_error():
+    with pytest.raises(ValueError, match="empty"):
+        percentile([], 50)
