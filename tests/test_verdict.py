@@ -394,3 +394,37 @@ def test_device_utilisation_at_or_over_half_is_not_host_bound():
     for utilization in (50.0, 60.0, 100.0):
         assert judge_device(0.100, 0.002, 0.0, etl_s=0.0, gc_s=0.0, utilization=utilization).kind == "fine"
     assert judge_device(0.100, 0.002, 0.0, etl_s=0.0, gc_s=0.0, utilization=49.9).share == 50.1
+
+
+def test_zero_iterations_count_as_one_for_the_material_amount():
+    assert judge(0.001, 0.0004, 0.0, iterations=0).kind == "fine"  # 0.4 ms is not material for one iteration
+    assert judge_device(0.001, 0.0004, 0.0004, etl_s=0.0004, gc_s=0.0, iterations=0).kind == "fine"
+    fine = judge_device(0.010, 0.0, 0.0, etl_s=0.0, gc_s=0.0, iterations=0)
+    assert fine.reason == "0% of the time the GPU waited for data; 10 ms of GPU work per step"
+
+
+def test_device_data_below_another_share_is_not_input_bound():
+    # 25% waiting for data, 30% for GC: GC names it
+    assert judge_device(1.0, 0.55, 0.25, etl_s=0.25, gc_s=0.30).kind == "gc-bound"
+
+
+def test_device_gc_and_loop_need_half_a_millisecond_of_idle_time_per_iteration():
+    assert judge_device(0.001, 0.0005, 0.0, etl_s=0.0, gc_s=0.0005).kind == "gc-bound"  # exactly material
+    assert judge_device(0.001, 0.0003, 0.0, etl_s=0.0, gc_s=0.0, other_s=0.0003).kind == "fine"  # 30% but 0.3 ms
+    assert judge_device(0.001, 0.0005, 0.0, etl_s=0.0, gc_s=0.0, other_s=0.0005).kind == "loop-bound"
+
+
+def test_device_words_round_their_percents_and_milliseconds():
+    def idle_words(idle_s: float) -> str:
+        return judge_device(0.100, idle_s, 0.0, etl_s=0.0, gc_s=0.0, utilization=40.0).reason
+
+    assert "waited between steps only 2% of the time" in idle_words(0.00249)
+    assert "waited between steps only 3% of the time" in idle_words(0.00251)
+    assert judge_device(0.100, 0.002, 0.0, etl_s=0.0, gc_s=0.0, utilization=40.37).share == 59.6
+
+    def hidden_words(etl_s: float) -> str:  # ten iterations
+        return judge_device(0.100, 0.0, 0.0, etl_s=etl_s, gc_s=0.0, iterations=10).reason
+
+    assert hidden_words(0.024985).endswith("data: 2 ms per batch, hidden behind 10 ms of GPU work")
+    assert hidden_words(0.025015).endswith("data: 3 ms per batch, hidden behind 10 ms of GPU work")
+    assert hidden_words(0.0251).endswith("data: 3 ms per batch, hidden behind 10 ms of GPU work")
