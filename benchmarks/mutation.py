@@ -58,12 +58,16 @@ name = "local"
 """
 
 
-def run_module(module: str, tests: tuple[str, ...], work: Path, keep: bool) -> tuple[str, int, int, list[str], int]:
+def run_module(module: str, tests: tuple[str, ...], work: Path, keep: bool,
+               retest: bool = False) -> tuple[str, int, int, list[str], int]:
     """Mutate ``module`` in a worktree of its own; (module, run, killed, survivors, mutants). With ``keep``
     the worktree stays, and a session found there is resumed rather than started again."""
     tree = work / module.replace("/", "_")
     session = tree / "session.sqlite"
     resume = keep and session.exists()
+    if resume and retest:  # the survivors again, against the tests as they are now
+        with sqlite3.connect(session) as db:
+            db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
     if not resume:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(tree)], check=True,
                        capture_output=True)
@@ -101,6 +105,8 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep each module's worktree and session here (read them "
                         "while it runs with --report; run again to resume)")
     parser.add_argument("--report", action="store_true", help="only print what the sessions under --keep hold")
+    parser.add_argument("--retest", action="store_true", help="run the survivors of the sessions under --keep "
+                        "again against the current tests (the module's source must not have changed)")
     args = parser.parse_args()
     chosen = args.modules or list(MODULES)
     unknown = [m for m in chosen if m not in MODULES]
@@ -116,7 +122,7 @@ def main() -> None:
     else:
         work.mkdir(parents=True, exist_ok=True)
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(lambda m: run_module(m, MODULES[m], work, keep), chosen))
+            results = list(pool.map(lambda m: run_module(m, MODULES[m], work, keep, args.retest), chosen))
     for module, total, killed, survivors, specs in results:
         share = 100.0 * killed / total if total else float("nan")
         pending = f" ({specs - total} of {specs} not run yet)" if specs > total else ""

@@ -125,3 +125,103 @@ def test_the_shares_of_an_empty_run_and_the_dict():
     assert d["bottlenecks"][0]["kind"] == "loop-bound" and d["speedup_if_data_free"] == pytest.approx(1.25)
     assert d["speedup_if_gc_free"] == pytest.approx(10.0 / 9.0) and d["samples_per_sec"] == pytest.approx(800.0)
     assert summary(etl_s=11.0).compute_s == 0.0  # never negative
+
+
+def test_summary_parts_are_frozen_with_empty_defaults():
+    import dataclasses
+
+    from trainperf._summary import Bottleneck, RunSummary
+
+    s = RunSummary(wall_s=1.0, etl_s=0.0, gc_s=0.0, compute_s=1.0, iterations=1, samples=0)
+    assert (s.other_s, s.total_iterations, s.data_free_s, s.gc_free_s, s.device_idle_s) == (0.0, 0, 0.0, 0.0, 0.0)
+    assert (s.device_wall_s, s.bottlenecks, s.recommendations, s.verdict_counts) == (None, (), (), {})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.wall_s = 2.0  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Bottleneck("gc-bound", 1.0, 1, ()).share = 2.0  # type: ignore[misc]
+
+
+def test_shares_are_exact_fractions_of_the_run():
+    s = summary(wall_s=3.0, etl_s=1.0, gc_s=0.25, other_s=0.5, samples=10)
+    assert s.etl_pct == 100.0 / 3.0 and s.gc_pct == 25.0 / 3.0 and s.other_pct == 50.0 / 3.0
+    assert s.compute_pct == pytest.approx(125.0 / 3.0)
+    assert s.samples_per_sec == 10.0 / 3.0
+    assert (s.bottlenecks[0].kind, s.bottlenecks[0].share) == ("input-bound", 100.0 / 3.0)
+
+
+def test_build_summary_without_other_time():
+    s = build_summary(wall_s=10.0, etl_s=1.0, gc_s=0.0, iterations=10, samples=0, verdict_counts={}, fixes=fixes)
+    assert s.other_s == 0.0 and s.compute_s == 9.0 and s.samples_per_sec is None
+
+
+def test_the_data_words_round_their_share():
+    assert summary(etl_s=1.245).gain_words().startswith("data wait took 12% of the time")
+    assert summary(etl_s=1.255).gain_words().startswith("data wait took 13% of the time")
+    assert summary(etl_s=1.26).gain_words() == "data wait took 13% of the time: free data would make this run 1.14x faster"
+
+
+def test_the_devices_words_per_batch_and_step():
+    def words(**kw):
+        return summary(**{"wall_s": 1.0, "device_wall_s": 1.0, "iterations": 10, "data_free_s": 0.0, **kw}).gain_words()
+
+    # 2.4985 ms and 2.5015 ms of data per batch, hidden behind 75 ms of GPU work per step
+    assert words(etl_s=0.024985, device_idle_s=0.25) == "data: 2 ms per batch, hidden behind 75 ms of GPU work"
+    assert words(etl_s=0.025015, device_idle_s=0.25) == "data: 3 ms per batch, hidden behind 75 ms of GPU work"
+    assert words(etl_s=0.0251, device_idle_s=0.25) == "data: 3 ms per batch, hidden behind 75 ms of GPU work"
+    assert words(etl_s=0.0, device_idle_s=0.25) == "no data wait; 75 ms of GPU work per step"
+    none = summary(wall_s=1.0, device_wall_s=1.0, iterations=0, etl_s=0.0, data_free_s=0.0, device_idle_s=0.25)
+    assert none.gain_words() == "no data wait; 750 ms of GPU work per step"  # zero iterations count as one
+    # the GPU waited 12.45% / 12.55% of the time for data
+    assert words(data_free_s=0.1245, etl_s=0.2).startswith("the GPU waited for data 12% of the time")
+    assert words(data_free_s=0.1255, etl_s=0.2).startswith("the GPU waited for data 13% of the time")
+
+
+def test_a_gain_of_exactly_one_percent_is_said():
+    s = summary(wall_s=101.0, etl_s=0.0, gc_s=1.0, iterations=10)
+    assert s.speedup_if_gc_free == 1.01
+    assert "GC-free training would make this run 1.01x faster" in str(s)
+    gpu = summary(wall_s=101.0, device_wall_s=101.0, data_free_s=1.0, etl_s=1.0, iterations=10)
+    assert gpu.gain_words().startswith("the GPU waited for data 1% of the time: free data would make this run 1.01x")
+
+
+def test_the_text_says_the_warm_up_left_out():
+    assert "20 of 40 iterations, warm-up left out" in str(summary(iterations=20, total_iterations=40))
+    assert "20 of 21 iterations, warm-up left out" in str(summary(iterations=20, total_iterations=21))
+    assert "trainperf summary: 20 iterations, in" in str(summary(iterations=20, total_iterations=20))
+
+
+def test_the_text_gives_the_gpu_idle_share():
+    text = str(summary(wall_s=1.0, device_wall_s=3.0, device_idle_s=1.0, iterations=10))
+    assert "GPU idle between steps    1.000 s   33.3%" in text
+
+
+def test_verdict_counts_are_listed_most_frequent_first():
+    text = str(summary(verdict_counts={"fine": 2, "input-bound": 5, "gc-bound": 3}))
+    assert "verdicts over 10 windows: input-bound 5, gc-bound 3, fine 2" in text
+
+
+def test_a_run_with_no_time_lists_no_bottleneck_even_with_bad_verdicts():
+    assert summary(wall_s=0.0, verdict_counts={"input-bound": 5}).bottlenecks == ()
+    short = summary(wall_s=0.5, etl_s=0.25, iterations=10)
+    assert [b.kind for b in short.bottlenecks] == ["input-bound"]
+
+
+def test_contention_and_host_bound_need_their_windows_to_persist():
+    # two of four windows: half of them, but two windows do not persist
+    assert summary(verdict_counts={"cpu-contention": 2, "fine": 2}).bottlenecks == ()
+    assert summary(verdict_counts={"host-bound": 2, "fine": 2}).bottlenecks == ()
+    listed = summary(verdict_counts={"host-bound": 3, "fine": 6}).bottlenecks
+    assert [(b.kind, b.share, b.windows) for b in listed] == [("host-bound", 100.0 / 3.0, 3)]
+
+
+def test_half_a_line_is_not_rounded_down():
+    # a 25% line: its half is 12.5%, and 12.25% is under it
+    assert summary(etl_s=1.225, thresholds=Thresholds(input_bound=25.0)).bottlenecks == ()
+    assert summary(etl_s=1.25, thresholds=Thresholds(input_bound=25.0)).bottlenecks[0].kind == "input-bound"
+
+
+def test_the_material_amount_of_the_run_is_half_a_millisecond_per_iteration():
+    assert summary(wall_s=0.01, etl_s=0.0049, iterations=10).bottlenecks == ()
+    assert summary(wall_s=0.01, etl_s=0.005, iterations=10).bottlenecks[0].share == 50.0
+    assert summary(wall_s=0.01, etl_s=0.0004, iterations=0).bottlenecks == ()  # counted as one iteration
+    assert summary(wall_s=0.001, etl_s=0.0005, iterations=1).bottlenecks[0].kind == "input-bound"
