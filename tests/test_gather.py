@@ -87,3 +87,8 @@ def test_integers_count_as_figures():
 def test_the_posted_figures():
     assert TIMES == ("etl_ms", "forward_ms", "backward_ms", "comm_ms", "wait_ms", "wait_p50_ms", "step_ms",
                      "compute_ms", "other_ms", "iteration_ms")
+
+
+def test_the_first_iteration_of_windows_that_start_on_an_even_iteration():
+    out = mean_figures([record(30, 5, 1.0), record(35, 5, 1.0)])
+    assert (out["first"], out["last"]) == (26, 35)
