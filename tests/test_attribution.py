@@ -38,6 +38,7 @@ def slow_sink(clock, seconds=0.05):
 
 def listener(clock, frequency=10, **kw):
     kw.setdefault("sinks", [])
+    kw.setdefault("sink_thread", False)  # a sink here advances the test's clock: it must run in the report
     return PerformanceListener(frequency, clock=clock, history=None, **kw)
 
 
@@ -475,7 +476,7 @@ def test_a_report_on_another_thread_does_not_move_this_threads_clock():
     def slow(record):
         time.sleep(0.2)
 
-    other = PerformanceListener(1, sinks=[slow], history=None)
+    other = PerformanceListener(1, sinks=[slow], history=None, sink_thread=False)
     mine = PerformanceListener(1, sinks=[], history=None)
     mine.start()
     before = mine.clock()
@@ -587,6 +588,7 @@ def test_own_time_on_a_device_removes_only_the_devices_idle_gap(clock):
         device = FakeDevice(c, max_ahead_s=1.0)
         timeline = FakeTimeline(device)
         lst = PerformanceListener(5, sinks=[slow_sink(c, sink_s)] if sink_s else [], clock=c, history=None,
+                                  sink_thread=False,
                                   report_hardware=False)
         lst.set_timeline(timeline)
         lst.start()

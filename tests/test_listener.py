@@ -12,7 +12,8 @@ from trainperf import BottleneckWarning, MemorySink, PerformanceListener
 def make(clock, frequency=3, **kw):
     sink = MemorySink()
     kw.setdefault("verdict", False)
-    return PerformanceListener(frequency, sinks=[sink], clock=clock, wall_clock=lambda: 1234.5, **kw), sink
+    return PerformanceListener(frequency, sinks=[sink], clock=clock, wall_clock=lambda: 1234.5, sink_thread=False,
+                               **kw), sink
 
 
 def run(listener, clock, durations, *, samples=32, etl=0.0, score=None):

@@ -14,7 +14,7 @@ def boom(record):
 
 def test_failing_sink_warns_once_and_others_get_every_record(clock):
     kept = MemorySink()
-    listener = PerformanceListener(1, sinks=[boom, kept], clock=clock)
+    listener = PerformanceListener(1, sinks=[boom, kept], clock=clock, sink_thread=False)
     with pytest.warns(SinkError, match="disk full") as caught:
         for _ in range(5):
             clock.advance(0.01)
@@ -27,7 +27,7 @@ def test_failing_sink_warns_once_and_others_get_every_record(clock):
 
 def test_strict_reraises_after_delivering_to_the_others(clock):
     kept = MemorySink()
-    listener = PerformanceListener(1, sinks=[boom, kept], clock=clock, strict=True)
+    listener = PerformanceListener(1, sinks=[boom, kept], clock=clock, sink_thread=False, strict=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(RuntimeError, match="disk full"):
@@ -37,7 +37,7 @@ def test_strict_reraises_after_delivering_to_the_others(clock):
 
 def test_default_sink_prints_without_any_logging_configuration(clock, capsys, monkeypatch):
     monkeypatch.setattr(logging.getLogger(), "handlers", [])
-    listener = PerformanceListener(1, clock=clock)
+    listener = PerformanceListener(1, clock=clock, sink_thread=False)
     clock.advance(0.01)
     listener.record_iteration(samples=4)
     err = capsys.readouterr().err
@@ -45,7 +45,7 @@ def test_default_sink_prints_without_any_logging_configuration(clock, capsys, mo
 
 
 def test_default_sink_goes_through_configured_logging_once(clock, caplog, capsys):
-    listener = PerformanceListener(1, clock=clock)
+    listener = PerformanceListener(1, clock=clock, sink_thread=False)
     with caplog.at_level(logging.INFO, logger="trainperf"):
         clock.advance(0.01)
         listener.record_iteration(samples=4)
@@ -56,7 +56,7 @@ def test_default_sink_goes_through_configured_logging_once(clock, caplog, capsys
 def test_logging_sink_respects_a_raised_level(clock, caplog):
     sink = LoggingSink("trainperf.custom")
     logging.getLogger("trainperf.custom").setLevel(logging.WARNING)
-    listener = PerformanceListener(1, sinks=[sink], clock=clock)
+    listener = PerformanceListener(1, sinks=[sink], clock=clock, sink_thread=False)
     with caplog.at_level(logging.INFO):
         listener.record_iteration(samples=1)
     assert not [r for r in caplog.records if r.name == "trainperf.custom"]
@@ -65,7 +65,7 @@ def test_logging_sink_respects_a_raised_level(clock, caplog):
 
 
 def test_add_sink_receives_later_records(clock):
-    listener = PerformanceListener(1, sinks=[], clock=clock)
+    listener = PerformanceListener(1, sinks=[], clock=clock, sink_thread=False)
     listener.record_iteration(samples=1)
     later = MemorySink()
     listener.add_sink(later)

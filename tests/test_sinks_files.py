@@ -21,7 +21,7 @@ def drive(listener, clock, n, samples=4):
 def test_jsonl_writes_one_flushed_object_per_record(tmp_path, clock):
     path = tmp_path / "perf.jsonl"
     sink = JsonLinesSink(path)
-    listener = PerformanceListener(1, sinks=[sink], clock=clock, report_gc=True)
+    listener = PerformanceListener(1, sinks=[sink], clock=clock, sink_thread=False, report_gc=True)
     drive(listener, clock, 2)
     lines = path.read_text().splitlines()  # readable before close: flushed per record
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
@@ -33,7 +33,7 @@ def test_jsonl_writes_one_flushed_object_per_record(tmp_path, clock):
 def test_jsonl_sink_is_a_context_manager_and_refuses_after_close(tmp_path, clock):
     with JsonLinesSink(tmp_path / "a.jsonl", append=False) as sink:
         pass
-    listener = PerformanceListener(1, sinks=[sink], clock=clock, strict=True)
+    listener = PerformanceListener(1, sinks=[sink], clock=clock, sink_thread=False, strict=True)
     with pytest.raises(ValueError, match="closed"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         listener.record_iteration(samples=1)
@@ -44,7 +44,7 @@ def test_jsonl_sink_is_a_context_manager_and_refuses_after_close(tmp_path, clock
 def test_csv_has_a_stable_header_and_one_row_per_record(tmp_path, clock):
     path = tmp_path / "perf.csv"
     with CsvSink(path) as sink:
-        listener = PerformanceListener(2, sinks=[sink], clock=clock, report_gc=True)
+        listener = PerformanceListener(2, sinks=[sink], clock=clock, sink_thread=False, report_gc=True)
         drive(listener, clock, 6)
     rows = list(csv.DictReader(path.open()))
     header = list(rows[0])
@@ -58,7 +58,7 @@ def test_csv_has_a_stable_header_and_one_row_per_record(tmp_path, clock):
 def test_csv_widens_its_header_atomically_when_a_collector_appears(tmp_path, clock):
     path = tmp_path / "perf.csv"
     sink = CsvSink(path)
-    listener = PerformanceListener(1, sinks=[sink], clock=clock)
+    listener = PerformanceListener(1, sinks=[sink], clock=clock, sink_thread=False)
     drive(listener, clock, 2)
     listener.add_collector("cuda_alloc_retries", lambda: (1, None))
     with pytest.warns(UserWarning, match="wider header"):
@@ -77,7 +77,7 @@ def test_file_sink_still_gets_every_record_beside_a_failing_sink(tmp_path, clock
     def broken(record):
         raise OSError("network sink down")
 
-    listener = PerformanceListener(1, sinks=[broken, JsonLinesSink(path)], clock=clock)
+    listener = PerformanceListener(1, sinks=[broken, JsonLinesSink(path)], clock=clock, sink_thread=False)
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         drive(listener, clock, 5)
@@ -95,7 +95,7 @@ class FakeLogger:
 
 def test_logger_sink_sends_metrics_keyed_by_step(clock):
     logger = FakeLogger()
-    listener = PerformanceListener(2, sinks=[LoggerSink([logger])], clock=clock, report_gc=True)
+    listener = PerformanceListener(2, sinks=[LoggerSink([logger])], clock=clock, sink_thread=False, report_gc=True)
     drive(listener, clock, 4)
     assert [step for step, _ in logger.calls] == [2, 4]
     metrics = logger.calls[-1][1]
@@ -110,7 +110,7 @@ def test_logger_sink_takes_a_trainer_or_one_logger(clock):
         loggers = [logger]
 
     for source in (Trainer(), logger):
-        listener = PerformanceListener(1, sinks=[LoggerSink(source)], clock=clock)
+        listener = PerformanceListener(1, sinks=[LoggerSink(source)], clock=clock, sink_thread=False)
         drive(listener, clock, 1)
     assert len(logger.calls) == 2
 
@@ -120,7 +120,7 @@ def test_tensorboard_sink_writes_scalars(tmp_path, clock):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     with TensorBoardSink(str(tmp_path)) as sink:
-        listener = PerformanceListener(1, sinks=[sink], clock=clock)
+        listener = PerformanceListener(1, sinks=[sink], clock=clock, sink_thread=False)
         drive(listener, clock, 3)
     events = EventAccumulator(str(tmp_path))
     events.Reload()
@@ -140,7 +140,7 @@ def test_tensorboard_sink_without_tensorboard_says_what_to_install(monkeypatch):
 def test_tqdm_sink_sets_the_postfix(clock):
     tqdm = pytest.importorskip("tqdm")
     bar = tqdm.tqdm(total=10, disable=True)
-    listener = PerformanceListener(1, sinks=[TqdmSink(bar)], clock=clock)
+    listener = PerformanceListener(1, sinks=[TqdmSink(bar)], clock=clock, sink_thread=False)
     listener.record_iteration(samples=4, etl=0.002)
     clock.advance(0.01)
     listener.record_iteration(samples=4, etl=0.002)
@@ -149,7 +149,7 @@ def test_tqdm_sink_sets_the_postfix(clock):
 
 def test_any_callable_is_a_sink(clock):
     seen = []
-    listener = PerformanceListener(1, sinks=[seen.append, MemorySink()], clock=clock)
+    listener = PerformanceListener(1, sinks=[seen.append, MemorySink()], clock=clock, sink_thread=False)
     drive(listener, clock, 2)
     assert [r.iteration for r in seen] == [1, 2]
 

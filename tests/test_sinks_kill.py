@@ -34,11 +34,15 @@ WRITER = textwrap.dedent(
     else:
         from trainperf.sinks import TensorBoardSink
         sink = TensorBoardSink(path)
+    import time
     listener = PerformanceListener(1, sinks=[sink], report_gc=True, report_score=True)
+    listener.record_iteration(32, etl=0.001, score=1.0)
+    listener.flush()  # the first record reached the file: the writer thread is running
     print("ready", flush=True)
-    i = 0
-    while True:
+    i = 1
+    while True:  # a fast loop that reports every iteration, with the sink on the writer thread
         i += 1
+        time.sleep(0.0005)
         listener.record_iteration(32, etl=0.001, score=1.0 / i)
     """
 )

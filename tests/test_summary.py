@@ -157,7 +157,8 @@ def test_build_summary_without_other_time():
 def test_the_data_words_round_their_share():
     assert summary(etl_s=1.245).gain_words().startswith("data wait took 12% of the time")
     assert summary(etl_s=1.255).gain_words().startswith("data wait took 13% of the time")
-    assert summary(etl_s=1.26).gain_words() == "data wait took 13% of the time: free data would make this run 1.14x faster"
+    assert summary(etl_s=1.26).gain_words() == (
+        "data wait took 13% of the time: free data would make this run 1.14x faster")
 
 
 def test_the_devices_words_per_batch_and_step():

@@ -91,7 +91,7 @@ def make(clock, frequency=5, **kw):
     sink = MemorySink()
     kw.setdefault("verdict", False)
     listener = PerformanceListener(
-        frequency, sinks=[sink], clock=clock, history=None, report_hardware=False, **kw
+        frequency, sinks=[sink], clock=clock, history=None, report_hardware=False, sink_thread=False, **kw
     )
     listener.set_timeline(timeline)
     listener.start()

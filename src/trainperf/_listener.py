@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import socket
@@ -19,6 +20,7 @@ from typing import Any
 from ._advice import CUDA_FIXES, DEFAULT_FIXES
 from ._check import check_bool, check_callable, check_int, check_seconds, check_str, is_int
 from ._deferred import HostWindow, PendingWindows
+from ._emit import Emitter
 from ._gc import GCMonitor
 from ._hardware import Probe, process_probe, read_probes, worker_tips
 from ._own_time import Ledger, LedgerKey, UserClock, acquire, release
@@ -37,7 +39,7 @@ from ._verdict import (
     persists,
 )
 from ._window import WindowEntry, WindowFigures, percentile, window_figures
-from .sinks._base import FanOut, Sink, SinkError
+from .sinks._base import Sink, SinkError
 from .sinks._logging import LoggingSink
 from .sinks._memory import MemorySink
 
@@ -133,6 +135,11 @@ def _nothing() -> None:
     return None
 
 
+def _say_sink(message: str) -> None:
+    warnings.warn(message if message.startswith("trainperf") else f"trainperf: {message}", SinkError,
+                  stacklevel=_user_stacklevel())
+
+
 def _release_ledger(key: list[LedgerKey | None]) -> None:
     if key[0] is not None:
         release(key[0])
@@ -220,7 +227,11 @@ class PerformanceListener:
         report_batch: include batches/sec.
         sinks: where records go; ``None`` means one :class:`~trainperf.LoggingSink`.
             Every listener also keeps the newest records in :attr:`history`.
-        strict: re-raise a sink's exception (after every other sink got the record), for tests.
+        strict: re-raise a sink's exception (after every other sink got the record), for tests;
+            sinks then run on the training thread.
+        sink_thread: run the sinks on one writer thread, in order, so a slow or hanging sink never
+            slows training (records wait in a bounded queue; :meth:`flush` and :meth:`close` deliver
+            what is queued). ``False`` runs them on the training thread, inside each report.
         history: how many records :attr:`history` keeps (``None``: all).
         verdict: attach a live verdict (input-bound, GC-bound, fine) to each record and warn
             the first time it turns bad.
@@ -258,6 +269,7 @@ class PerformanceListener:
         report_batch: bool = True,
         sinks: Iterable[Sink] | None = None,
         strict: bool = False,
+        sink_thread: bool = True,
         history: int | None = 1000,
         verdict: bool = True,
         input_bound_share: float = INPUT_BOUND_SHARE,
@@ -301,7 +313,8 @@ class PerformanceListener:
             if not callable(sink):
                 raise TypeError(f"sinks must be callables taking a record, got {sink!r}")
         self.history = MemorySink(check_int("history", history, minimum=1, optional=True))
-        self._fanout = FanOut(sink_list, strict=strict)
+        self._emitter = Emitter(sink_list, strict=self.strict, inline=not check_bool("sink_thread", sink_thread),
+                                say=_say_sink)
         self._raw_clock = clock
         # The clock of every figure: it stands still while trainperf works (see _own_time). Its
         # ledger is the one of the thread that trains: this one until another records.
@@ -375,20 +388,20 @@ class PerformanceListener:
         self.cluster_timeout_s = float(cluster_timeout_s)
         self._run_dir = open_run_dir(run_dir, self.rank, clock, wall_clock)  # offset to the raw clock
         if self._run_dir is not None:
-            self._fanout.sinks.append(self._run_dir[0])
+            self._emitter.sinks.append(self._run_dir[0])
         self._reset_window(self._clock(), first=True)
 
     # ------------------------------------------------------------------ set-up
     @property
     def sinks(self) -> list[Sink]:
         """The user's sinks (without :attr:`history`)."""
-        return list(self._fanout.sinks)
+        return list(self._emitter.sinks)
 
     def add_sink(self, sink: Sink) -> None:
         """Add a sink; it receives every later record."""
         if not callable(sink):
             raise TypeError(f"sink must be a callable taking a record, got {sink!r}")
-        self._fanout.sinks.append(sink)
+        self._emitter.sinks.append(sink)
 
     def set_epoch(self, epoch: int | None) -> None:
         """The epoch that later records carry (adapters call it at each epoch's start)."""
@@ -788,7 +801,8 @@ class PerformanceListener:
             pending.add(host)
             record = self._emit_all(pending.poll())
         if self._run_dir is not None:  # the window's host timeline, once its iterations are known
-            write_timeline(self._run_dir, window_start, window, host.iteration, self._clock_shift())
+            self._emitter.submit(functools.partial(write_timeline, self._run_dir, window_start, window,
+                                                   host.iteration, self._clock_shift()))
         return record
 
     @contextlib.contextmanager
@@ -923,7 +937,7 @@ class PerformanceListener:
             if verdict.kind != "fine" and self._persists(verdict.kind):
                 self._bad_verdicts.append(verdict)
         self.history(record)
-        self._fanout(record)  # every sink gets the record before a SinkError can leave
+        self._emitter.deliver(record)  # inline: every sink gets the record before a SinkError can leave
         return record
 
     def _cpu_load(self, hardware: dict[str, float | None], figures: WindowFigures) -> CpuLoad | None:
@@ -1080,7 +1094,9 @@ class PerformanceListener:
             self._claim()
             if self._closed:
                 return None
-            return self._flush_unlocked()
+            record = self._flush_unlocked()
+        self._emitter.flush()
+        return record
 
     def close(self) -> None:
         """Report what is left of the last window (see :meth:`flush`), remove hooks and the
@@ -1102,6 +1118,7 @@ class PerformanceListener:
                 failures.append(f"reporting the last window failed: {exc!r}")
             self._closed = True
             self._owner = _CLOSED
+            self._emitter.flush()  # what the close callbacks (a cluster link) read has reached its sinks
             self._ledger_release()
             self._gc_finalizer.detach()
             if self._gc is not None:
@@ -1113,7 +1130,7 @@ class PerformanceListener:
                 except Exception as exc:  # noqa: BLE001
                     failures.append(f"close callback {callback!r} raised {exc!r}")
             try:
-                self._fanout.close()
+                self._emitter.close()
             finally:
                 for failure in failures:
                     warnings.warn(f"trainperf: while closing, {failure}", SinkError, stacklevel=2)
@@ -1171,6 +1188,11 @@ class PerformanceListener:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def dropped(self) -> int:
+        """Records the sinks never got because the writer's queue was full (a slow or hanging sink)."""
+        return self._emitter.dropped
 
     @property
     def iteration(self) -> int:

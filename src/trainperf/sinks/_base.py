@@ -24,6 +24,13 @@ class SinkError(RuntimeWarning):
     """Warning category used when a sink raises; training goes on."""
 
 
+def on_training_thread(sink: Sink) -> bool:
+    """Whether ``sink`` must run on the training thread, inside the report, rather than on the
+    listener's writer thread: it says so with a true ``on_training_thread`` attribute (a sink that
+    reads the trainer's live state, or writes to objects only that thread may touch)."""
+    return getattr(sink, "on_training_thread", False) is True
+
+
 class FanOut:
     """Delivers each record to every sink; a sink that raises is reported once and skipped for
     that record only, so the others never lose a record and training goes on."""
@@ -35,24 +42,36 @@ class FanOut:
 
     def __call__(self, record: PerformanceRecord) -> None:
         failures: list[tuple[Sink, BaseException, str]] = []
+        messages = self._deliver(record, failures)
+        # Said once every sink has had the record: under ``-W error`` the warning raises, and
+        # the healthy sinks behind a failing one must not lose the record to it.
+        for message in messages:
+            warnings.warn(message, SinkError, stacklevel=2)
+        if failures and self.strict:
+            raise failures[0][1]
+
+    def deliver(self, record: PerformanceRecord, *, training_thread: bool | None = None) -> list[str]:
+        """Give ``record`` to every sink (with ``training_thread``, only to the sinks whose
+        :func:`on_training_thread` is that); the warnings to say (a failing sink's first failure),
+        for a caller that says them elsewhere (the writer thread hands them to the training thread)."""
+        return self._deliver(record, [], training_thread)
+
+    def _deliver(self, record: PerformanceRecord, failures: list[tuple[Sink, BaseException, str]],
+                 training_thread: bool | None = None) -> list[str]:
         for sink in self.sinks:
+            if training_thread is not None and on_training_thread(sink) is not training_thread:
+                continue
             try:
                 sink(record)
             except Exception as exc:  # noqa: BLE001 - a sink must never stop training
                 failures.append((sink, exc, traceback.format_exc()))
-        # Said once every sink has had the record: under ``-W error`` the warning raises, and
-        # the healthy sinks behind a failing one must not lose the record to it.
+        messages = []
         for sink, _, trace in failures:
             if id(sink) not in self._warned:
                 self._warned.add(id(sink))
-                warnings.warn(
-                    f"trainperf sink {sink!r} raised and was skipped for this record "
-                    f"(further failures of this sink are silent):\n{trace}",
-                    SinkError,
-                    stacklevel=2,
-                )
-        if failures and self.strict:
-            raise failures[0][1]
+                messages.append(f"trainperf sink {sink!r} raised and was skipped for this record "
+                                f"(further failures of this sink are silent):\n{trace}")
+        return messages
 
     def close(self) -> None:
         """Close every sink that has a ``close()``, all of them even when one fails."""

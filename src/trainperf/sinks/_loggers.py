@@ -18,7 +18,8 @@ class LoggerSink:
 
     Given a ``Trainer``, the step is the one Lightning logs its own metrics at (and ``epoch`` is
     added), so the figures share rows with the module's metrics and continue after a resume from a
-    checkpoint; given loggers, the step is the record's iteration.
+    checkpoint (it then runs on the training thread, where the trainer's state and loggers are);
+    given loggers, the step is the record's iteration.
 
     Args:
         loggers: one logger or several; a ``Trainer`` works too (its ``loggers`` are used).
@@ -27,6 +28,9 @@ class LoggerSink:
 
     def __init__(self, loggers: Any, *, prefix: str = "trainperf/") -> None:
         self._source = loggers
+        # Given a Trainer, its step and epoch are read when the record arrives, and its loggers belong
+        # to the thread that trains: this sink runs there, inside the report.
+        self.on_training_thread = hasattr(loggers, "loggers") and hasattr(loggers, "global_step")
         self.prefix = check_str("prefix", prefix)
         for logger in self.loggers:  # checks ``loggers`` now rather than at the first record
             if not callable(getattr(logger, "log_metrics", None)):

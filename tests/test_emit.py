@@ -1,0 +1,278 @@
+"""The writer thread that runs the sinks: order, a hanging or failing sink, a full queue, flush and
+close, sinks that stay on the training thread, forked children and interpreter exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import warnings
+
+import pytest
+
+from trainperf import PerformanceListener, PerformanceRecord, SinkError, _emit
+from trainperf._emit import Emitter
+
+
+def record(i: int) -> PerformanceRecord:
+    return PerformanceRecord(iteration=i, window_iterations=1, window_s=0.01, warmup=False, timestamp=float(i))
+
+
+class Gate:
+    """A sink that blocks until opened, noting the thread it ran on."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.got: list[int] = []
+        self.threads: set[str] = set()
+
+    def __call__(self, r: PerformanceRecord) -> None:
+        self.threads.add(threading.current_thread().name)
+        self.open.wait(30)
+        self.got.append(r.iteration)
+
+
+def test_records_reach_every_sink_in_order_on_the_writer_thread():
+    seen: list[tuple[str, int]] = []
+    threads: set[str] = set()
+
+    def first(r):
+        threads.add(threading.current_thread().name)
+        seen.append(("a", r.iteration))
+
+    emitter = Emitter([first, lambda r: seen.append(("b", r.iteration))])
+    for i in range(1, 101):
+        emitter.deliver(record(i))
+    assert emitter.flush(10.0)
+    assert seen == [(s, i) for i in range(1, 101) for s in ("a", "b")]
+    assert threads == {"trainperf-writer"} and emitter.pending == 0
+    emitter.close()
+
+
+def test_a_hanging_sink_does_not_block_delivery_and_close_waits_only_its_timeout():
+    gate = Gate()
+    emitter = Emitter([gate], say=lambda m: said.append(m))
+    said: list[str] = []
+    started = time.perf_counter()
+    for i in range(1, 51):
+        emitter.deliver(record(i))
+    assert time.perf_counter() - started < 1.0  # queued, not run
+    assert emitter.pending == 50
+    assert not emitter.flush(0.2)
+    assert said == ["a sink did not finish within 0.2 s: 50 record(s) not yet delivered (a hanging sink?)"]
+    began = time.perf_counter()
+    emitter.close(0.2)
+    assert time.perf_counter() - began < 5.0
+    gate.open.set()
+
+
+def test_a_full_queue_drops_the_newest_counts_them_and_says_so_once():
+    gate = Gate()
+    said: list[str] = []
+    emitter = Emitter([gate], queue_size=3, say=said.append)
+    for i in range(1, 11):
+        emitter.deliver(record(i))
+    # one record is in the sink, three wait in the queue, the other six were dropped
+    deadline = time.monotonic() + 10
+    while emitter.dropped < 6 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert emitter.dropped in (6, 7)  # 7 when the writer had not taken the first yet
+    assert len(said) == 1 and said[0].startswith("the sinks fall behind: the writer's queue holds 3 records")
+    gate.open.set()
+    assert emitter.flush(10.0)
+    assert gate.got == list(range(1, 11 - emitter.dropped))
+    emitter.close()
+
+
+def test_a_failing_sink_is_said_once_on_the_callers_thread_and_the_others_get_every_record():
+    kept: list[int] = []
+    said: list[tuple[str, str]] = []
+
+    def broken(r):
+        raise ValueError("disk full")
+
+    emitter = Emitter([broken, lambda r: kept.append(r.iteration)],
+                      say=lambda m: said.append((threading.current_thread().name, m)))
+    for i in range(1, 6):
+        emitter.deliver(record(i))
+    emitter.flush(10.0)
+    assert kept == [1, 2, 3, 4, 5]
+    assert len(said) == 1 and said[0][0] == threading.current_thread().name
+    assert "raised and was skipped" in said[0][1] and "disk full" in said[0][1]
+    emitter.close()
+
+
+def test_a_sink_that_asks_for_the_training_thread_runs_inside_deliver():
+    class Live:
+        on_training_thread = True
+
+        def __init__(self):
+            self.threads = set()
+
+        def __call__(self, r):
+            self.threads.add(threading.current_thread().name)
+
+    live, other = Live(), Gate()
+    other.open.set()
+    emitter = Emitter([live, other])
+    emitter.deliver(record(1))
+    assert live.threads == {threading.current_thread().name}  # already ran
+    emitter.flush(10.0)
+    assert other.threads == {"trainperf-writer"} and other.got == [1]
+    emitter.close()
+
+
+def test_tasks_run_in_order_with_the_records():
+    order: list[object] = []
+    emitter = Emitter([lambda r: order.append(r.iteration)])
+    emitter.deliver(record(1))
+    emitter.submit(lambda: order.append("spans"))
+    emitter.deliver(record(2))
+    emitter.flush(10.0)
+    assert order == [1, "spans", 2]
+    emitter.close()
+
+
+def test_inline_and_strict_run_on_the_callers_thread():
+    got: list[int] = []
+    inline = Emitter([lambda r: got.append(r.iteration)], inline=True)
+    inline.deliver(record(1))
+    assert got == [1]
+
+    def broken(r):
+        raise KeyError("x")
+
+    strict = Emitter([broken], strict=True)
+    assert strict.inline
+    with pytest.raises(KeyError), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        strict.deliver(record(1))
+
+
+def test_close_delivers_what_is_queued_then_closes_every_sink():
+    closed: list[str] = []
+
+    class Sink:
+        def __init__(self):
+            self.got = []
+
+        def __call__(self, r):
+            time.sleep(0.002)
+            self.got.append(r.iteration)
+
+        def close(self):
+            closed.append("sink")
+
+    sink = Sink()
+    emitter = Emitter([sink])
+    for i in range(1, 21):
+        emitter.deliver(record(i))
+    emitter.close()
+    assert sink.got == list(range(1, 21)) and closed == ["sink"]
+    emitter.close()  # idempotent
+    assert closed == ["sink"]
+
+
+def test_the_listener_hands_records_to_the_writer_and_history_stays_synchronous():
+    gate = Gate()
+    listener = PerformanceListener(1, sinks=[gate])
+    for _ in range(5):
+        listener.record_iteration(samples=1)
+    assert [r.iteration for r in listener.history] == [1, 2, 3, 4, 5]  # at once
+    assert gate.got == []  # the sink is still blocked; training was not
+    gate.open.set()
+    listener.flush()
+    assert gate.got == [1, 2, 3, 4, 5] and gate.threads == {"trainperf-writer"}
+    listener.close()
+
+
+def test_a_listener_closing_over_a_hanging_sink_warns_and_returns(monkeypatch):
+    monkeypatch.setattr(_emit, "FLUSH_TIMEOUT_S", 0.2)
+    gate = Gate()
+    listener = PerformanceListener(1, sinks=[gate])
+    listener.record_iteration(samples=1)
+    began = time.perf_counter()
+    with pytest.warns(SinkError, match="did not finish within 0.2 s"):
+        listener.close()
+    assert time.perf_counter() - began < 5.0
+    gate.open.set()
+
+
+@pytest.mark.realtime
+def test_a_20ms_sink_does_not_slow_a_1ms_step_loop():
+    """Against the same loop without a listener, in the same run: the sink's 20 ms per report
+    (one every iteration) cost the loop 20 ms per iteration inline; on the writer thread the
+    records queue up and the loop keeps its pace."""
+
+    def loop(listener: PerformanceListener | None, n: int = 100) -> float:
+        began = time.perf_counter()
+        for _ in range(n):
+            end = time.perf_counter() + 0.001
+            while time.perf_counter() < end:
+                pass
+            if listener is not None:
+                listener.record_iteration(samples=1)
+        return time.perf_counter() - began
+
+    def slow(r):
+        time.sleep(0.020)
+
+    bare = min(loop(None) for _ in range(3))
+    listener = PerformanceListener(1, sinks=[slow], verdict=False, report_hardware=False)
+    timed = loop(listener)
+    assert timed < bare * 1.5 + 0.02, (timed, bare)
+    listener.close()
+    assert len(listener.history) == 100
+
+
+@pytest.mark.realtime
+def test_a_forked_child_delivers_through_a_writer_of_its_own(tmp_path):
+    if not hasattr(os, "fork"):
+        pytest.skip("needs fork")
+    out = tmp_path / "child.txt"
+    gate = Gate()
+    gate.open.set()
+    emitter = Emitter([gate])
+    emitter.deliver(record(1))  # the parent's writer is running
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            got: list[int] = []
+            emitter._fanout.sinks[:] = [lambda r: got.append(r.iteration)]
+            emitter.deliver(record(2))
+            emitter.flush(10.0)
+            out.write_text(json.dumps(got))
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert json.loads(out.read_text()) == [2]
+    emitter.flush(10.0)
+    assert gate.got == [1]
+    emitter.close()
+
+
+@pytest.mark.realtime
+def test_records_queued_at_interpreter_exit_reach_the_file(tmp_path):
+    path = tmp_path / "out.jsonl"
+    script = f"""
+import time
+from trainperf import PerformanceListener
+from trainperf.sinks import JsonLinesSink
+
+class Slow(JsonLinesSink):
+    def __call__(self, record):
+        time.sleep(0.01)
+        super().__call__(record)
+
+listener = PerformanceListener(1, sinks=[Slow({str(path)!r})], report_hardware=False)
+for _ in range(50):
+    listener.record_iteration(samples=1)
+# no close: the interpreter exits with records still queued
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), "src") if p)}
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120, env=env)
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == list(range(1, 51))
