@@ -182,3 +182,33 @@ def test_appending_after_a_cut_last_line_starts_a_new_line(tmp_path):
     with JsonLinesSink(path, append=True) as sink:
         sink(PerformanceRecord(iteration=3, window_iterations=1, window_s=1.0, warmup=False, timestamp=0.0))
     assert trainperf.parse_log(path).column("iteration") == [1.0, 3.0]
+
+
+def _one(iteration: int) -> PerformanceRecord:
+    return PerformanceRecord(iteration=iteration, window_iterations=1, window_s=1.0, warmup=False, timestamp=0.0)
+
+
+def test_appending_to_a_complete_file_adds_no_blank_line(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"iteration":1}\n')
+    with JsonLinesSink(path) as sink:  # appends by default
+        sink(_one(2))
+    lines = path.read_text().split("\n")
+    assert lines[0] == '{"iteration":1}' and json.loads(lines[1])["iteration"] == 2 and lines[2:] == [""]
+
+
+def test_appending_to_an_empty_file_starts_on_its_first_line(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text("")
+    with JsonLinesSink(path, append=True) as sink:
+        sink(_one(1))
+    text = path.read_text()
+    assert text.startswith('{"iteration":1,') and text.count("\n") == 1
+
+
+def test_a_fresh_file_replaces_what_was_there(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"iteration":1}\n{"iteration":2,"cut')
+    with JsonLinesSink(path, append=False) as sink:
+        sink(_one(3))
+    assert [json.loads(line)["iteration"] for line in path.read_text().splitlines()] == [3]
