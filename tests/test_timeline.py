@@ -191,3 +191,35 @@ def test_set_timeline_refuses_what_is_not_a_timeline(clock):
     listener = PerformanceListener(2, sinks=[], clock=clock)
     with pytest.raises(TypeError, match=r"timeline must be a DeviceTimeline \(missing start, begin"):
         listener.set_timeline(5)
+
+
+def test_device_window_is_a_frozen_slotted_value_and_empty_idles_read_zero():
+    import dataclasses
+
+    from trainperf._timeline import DeviceWindow
+
+    empty = DeviceWindow(window_s=0.0, idles=(), durations=())
+    assert (empty.idle_s, empty.idle_max_s, empty.idle_mean_s) == (0, 0.0, 0.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        empty.window_s = 1.0  # type: ignore[misc]
+    assert not hasattr(empty, "__dict__")
+
+
+def test_data_idle_needs_exactly_one_wait_per_iteration():
+    w = device_window([(0.002, 0.035), (0.035, 0.068)])
+    with pytest.raises(ValueError, match="one data wait per iteration"):
+        w.data_idle_s([0.001, 0.002, 0.003])
+    assert w.data_idle_s([0.001, 0.005]) == 0.001  # the first's 2 ms idle held 1 ms of data wait
+
+
+def test_a_forward_queued_before_the_previous_step_ended_leaves_no_idle_time():
+    w = device_window([(0.0, 0.03), (0.02, 0.06)])
+    assert w.idles == (0.0, 0.0) and w.durations == (0.03, 0.03)
+
+
+def test_speedup_of_windows_of_any_length():
+    from trainperf._timeline import speedup
+
+    assert speedup(0.5, 0.25) == 2.0 and speedup(1.0, 0.46) == 1.0 / 0.54
+    assert speedup(1.0, -0.5) == 1.0  # nothing to remove
+    assert speedup(0.0, 0.0) is None and speedup(-1.0, 0.0) is None and speedup(1.0, 1.0) is None
