@@ -14,31 +14,29 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ._advice import CUDA_FIXES, DEFAULT_FIXES
+from ._build import RecordOptions, build_window_record
 from ._check import check_bool, check_callable, check_int, check_seconds, check_str, is_int
 from ._deferred import HostWindow, PendingWindows
 from ._emit import Emitter
 from ._gc import GCMonitor
 from ._hardware import Probe, process_probe, read_probes, worker_tips
 from ._own_time import Ledger, LedgerKey, UserClock, acquire, release
-from ._record import GCStat, PerformanceRecord, Verdict, build_record
+from ._record import GCStat, PerformanceRecord, Verdict
 from ._run_dir import open_run_dir, write_timeline
-from ._summary import RunSummary, build_summary
-from ._timeline import DeviceTimeline, DeviceWindow, speedup
+from ._summary import RunSummary
+from ._timeline import DeviceTimeline, DeviceWindow
+from ._totals import RunTotals
 from ._verdict import (
     GC_BOUND_SHARE,
     INPUT_BOUND_SHARE,
     LOOP_BOUND_SHARE,
     CpuLoad,
     Thresholds,
-    judge,
-    judge_device,
-    persists,
 )
-from ._window import WindowEntry, WindowFigures, percentile, window_figures
+from ._window import WindowEntry, WindowFigures, window_figures
 from .sinks._base import Sink, SinkError
 from .sinks._logging import LoggingSink
 from .sinks._memory import MemorySink
@@ -47,23 +45,6 @@ __all__ = ["PerformanceListener", "BottleneckWarning"]
 
 Collector = Callable[[], tuple[int, float | None]]
 Advisor = Callable[[str], Sequence[str]]
-
-
-@dataclass
-class _RunTotals:
-    """Sums over the reported windows after the warm-up one, for :meth:`PerformanceListener.summary`."""
-
-    wall_s: float = 0.0
-    etl_s: float = 0.0
-    gc_s: float = 0.0
-    other_s: float = 0.0
-    data_free_s: float = 0.0  # what free data would have removed (the data wait; on CUDA, device idle for it)
-    gc_free_s: float = 0.0
-    device_wall_s: float | None = None  # device time of the windows, on CUDA
-    device_idle_s: float = 0.0
-    samples: int = 0
-    iterations: int = 0
-    verdict_counts: dict[str, int] = field(default_factory=dict)
 
 
 class BottleneckWarning(UserWarning):
@@ -144,16 +125,6 @@ def _release_ledger(key: list[LedgerKey | None]) -> None:
     if key[0] is not None:
         release(key[0])
         key[0] = None
-
-
-def _read_score(score: Any) -> float | None:
-    """The loss as a float (``float()`` of a tensor that has reached the host), ``None`` when unreadable."""
-    if score is None:
-        return None
-    try:
-        return float(score)
-    except (TypeError, ValueError, RuntimeError):
-        return None
 
 
 def _bad_iteration(
@@ -331,6 +302,12 @@ class PerformanceListener:
         self.epoch: int | None = None
         self.host = socket.gethostname()
         self.pid = os.getpid()
+        self._record_options = RecordOptions(
+            thresholds=self.thresholds, verdict=self.verdict, report_score=self.report_score,
+            report_gc=self.report_gc, report_etl=self.report_etl, report_iteration=self.report_iteration,
+            report_time=self.report_time, report_sample=self.report_sample, report_batch=self.report_batch,
+            host=self.host, pid=self.pid,
+        )
         user_clock = self._user_clock
         self._gc = GCMonitor(self._clock, skip=lambda: user_clock.own.busy > 0) if report_gc else None
         if self._gc is not None:
@@ -373,7 +350,7 @@ class PerformanceListener:
         self._pending_etl = 0.0
         self._explicit_source = "given"
         self._count = 0
-        self._totals = _RunTotals()
+        self._totals = RunTotals()
         self._started = False
         self._window: list[WindowEntry] = []
         self._score: Any = None
@@ -863,78 +840,21 @@ class PerformanceListener:
     def _emit(self, host: HostWindow, device: DeviceWindow | None) -> PerformanceRecord:
         """Build the record of a window from its host side and, on an asynchronous device, its
         device side, and send it to every sink."""
-        figures = host.figures
-        n = figures.iterations
-        window_s = figures.window_s
-        etl_s = figures.etl_s
-        gc_s = host.gc_s
-        hardware = host.hardware
-        durations: tuple[float, ...] | list[float] = figures.durations
-        if device is None:
-            data_free_s, gc_free_s, base_s = etl_s, gc_s, window_s
-            verdict = judge(
-                window_s, etl_s, gc_s, figures.other_s, self.thresholds, iterations=n,
-                previous=self._previous_verdict, cpu=self._cpu_load(hardware, figures),
-            ) if self.verdict else None
-        else:
-            durations = sorted(device.durations)
-            base_s = device.window_s
-            data_free_s = device.data_idle_s(figures.etls)
-            gc_free_s = min(gc_s, max(0.0, device.idle_s - data_free_s))
-            verdict = judge_device(
-                base_s, device.idle_s, data_free_s, etl_s, gc_s, figures.other_s, iterations=n,
-                utilization=hardware.get("gpu_utilization_pct"), thresholds=self.thresholds,
-                previous=self._previous_verdict,
-            ) if self.verdict else None
-        mean_s = sum(durations) / n
-        record = build_record(dict(
-            iteration=host.iteration,
-            window_iterations=n,
-            window_s=window_s,
-            warmup=host.warmup,
-            timestamp=host.timestamp,
-            etl_ms=1000.0 * etl_s / n if self.report_etl else None,
-            etl_max_ms=1000.0 * figures.etl_max_s if self.report_etl else None,
-            iteration_ms=1000.0 * mean_s if self.report_time else None,
-            iteration_p50_ms=1000.0 * percentile(durations, 50) if self.report_iteration else None,
-            iteration_p95_ms=1000.0 * percentile(durations, 95) if self.report_iteration else None,
-            iteration_max_ms=1000.0 * durations[-1] if self.report_iteration else None,
-            samples_per_sec=figures.samples_per_sec if self.report_sample else None,
-            batches_per_sec=figures.batches_per_sec if self.report_batch else None,
-            score=_read_score(host.score) if self.report_score else None,
-            gc=host.gc,
-            epoch=host.epoch,
-            host=self.host,
-            pid=self.pid,
-            rank=host.rank,
-            device=host.device,
-            verdict=verdict,
-            samples=figures.samples,
-            batches=figures.batches,
-            etl_total_ms=1000.0 * etl_s,
-            compute_ms=1000.0 * figures.compute_s / n,
-            other_ms=1000.0 * figures.other_s / n,
-            optimizer_steps=figures.steps,
-            skipped_steps=figures.skipped,
-            etl_source=host.etl_source,
-            gc_total_ms=1000.0 * gc_s if self._gc is not None else None,
-            overhead_ms=1000.0 * host.overhead_s,
-            extra=dict(host.times),
-            first_iteration=host.first_iteration,
-            device_idle_ms=1000.0 * device.idle_mean_s if device is not None else None,
-            device_idle_max_ms=1000.0 * device.idle_max_s if device is not None else None,
-            speedup_if_data_free=speedup(base_s, data_free_s),
-            speedup_if_gc_free=speedup(base_s, gc_free_s),
-            **hardware,  # keys are checked against HARDWARE_FIELDS
-        ))
+        cpu = self._cpu_load(host.hardware, host.figures) if device is None and self.verdict else None
+        built = build_window_record(host, device, self._record_options, previous=self._previous_verdict, cpu=cpu)
+        record, figures, hardware = built.record, host.figures, host.hardware
+        verdict = record.verdict
         if hardware:
             self._last_hardware = hardware
-        self._accumulate(record, figures, gc_s, data_free_s, gc_free_s, device)
+        self._totals.add(record, etl_s=figures.etl_s, other_s=figures.other_s, gc_s=host.gc_s,
+                         data_free_s=built.data_free_s, gc_free_s=built.gc_free_s,
+                         device_window_s=device.window_s if device is not None else None,
+                         device_idle_s=device.idle_s if device is not None else 0.0)
         if figures.samples is None and self.report_sample:
             self._warn_once("could not find the batch size; samples/sec is left out for this run")
         if verdict is not None and not record.warmup:  # the warm-up's start-up costs set no precedent
             self._previous_verdict = verdict.kind
-            if verdict.kind != "fine" and self._persists(verdict.kind):
+            if verdict.kind != "fine" and self._totals.persists(verdict.kind):
                 self._bad_verdicts.append(verdict)
         self.history(record)
         self._emitter.deliver(record)  # inline: every sink gets the record before a SinkError can leave
@@ -954,11 +874,6 @@ class PerformanceListener:
         of CPU models say it): with it, ``cpu-contention`` also needs the step to get clearly less
         CPU than its compute needed."""
         self._step_threads = check_int("threads", threads, minimum=1, optional=True)
-
-    def _persists(self, kind: str) -> bool:
-        """Whether ``kind`` was the verdict of enough windows after the warm-up to warn about."""
-        counts = self._totals.verdict_counts
-        return persists(counts.get(kind, 0), sum(counts.values()))
 
     def _say_deferred(self) -> None:
         """Issue the warnings of the records just built, once they have reached every sink."""
@@ -1006,33 +921,6 @@ class PerformanceListener:
             return self._explicit_source
         return "gap" if figures.etl_from_gap == figures.iterations else f"{self._explicit_source}+gap"
 
-    def _accumulate(
-        self,
-        record: PerformanceRecord,
-        figures: WindowFigures,
-        gc_s: float,
-        data_free_s: float,
-        gc_free_s: float,
-        device: DeviceWindow | None,
-    ) -> None:
-        if record.warmup:
-            return
-        totals = self._totals
-        totals.data_free_s += data_free_s
-        totals.gc_free_s += gc_free_s
-        if device is not None:
-            totals.device_wall_s = (totals.device_wall_s or 0.0) + device.window_s
-            totals.device_idle_s += device.idle_s
-        totals.wall_s += record.window_s
-        totals.etl_s += figures.etl_s
-        totals.other_s += figures.other_s
-        totals.gc_s += gc_s
-        totals.samples += record.samples or 0
-        totals.iterations += record.window_iterations
-        if record.verdict is not None:
-            kind = record.verdict.kind
-            totals.verdict_counts[kind] = totals.verdict_counts.get(kind, 0) + 1
-
     def fixes_for(self, kind: str) -> list[str]:
         """Fixes for a bad verdict: first what the adapters can see, then the general ones."""
         specific: list[str] = []
@@ -1067,23 +955,7 @@ class PerformanceListener:
     def summary(self) -> RunSummary:
         """Time split (data wait / compute / GC) over every reported window after warm-up, with the
         top recommendations."""
-        totals = self._totals
-        return build_summary(
-            wall_s=totals.wall_s,
-            etl_s=totals.etl_s,
-            gc_s=totals.gc_s,
-            other_s=totals.other_s,
-            iterations=totals.iterations,
-            samples=totals.samples,
-            verdict_counts=dict(totals.verdict_counts),
-            thresholds=self.thresholds,
-            total_iterations=self._count,
-            fixes=self.fixes_for,
-            data_free_s=totals.data_free_s,
-            gc_free_s=totals.gc_free_s,
-            device_wall_s=totals.device_wall_s,
-            device_idle_s=totals.device_idle_s,
-        )
+        return self._totals.summary(thresholds=self.thresholds, total_iterations=self._count, fixes=self.fixes_for)
 
     # ------------------------------------------------------------------ teardown
     def flush(self) -> PerformanceRecord | None:

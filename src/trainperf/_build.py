@@ -1,0 +1,137 @@
+"""The record builder: a closed window's host side (and, on an asynchronous device, its device side)
+in, a :class:`~trainperf.PerformanceRecord` out. Pure: it reads nothing but its arguments."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._deferred import HostWindow
+from ._record import PerformanceRecord, build_record
+from ._timeline import DeviceWindow, speedup
+from ._verdict import CpuLoad, Thresholds, judge, judge_device
+from ._window import percentile
+
+__all__: list[str] = []
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOptions:
+    """What a record holds: the listener's ``report_*`` switches, whether it judges windows and with
+    which lines, and the process it describes."""
+
+    thresholds: Thresholds
+    verdict: bool = True
+    report_score: bool = False
+    report_gc: bool = False
+    report_etl: bool = True
+    report_iteration: bool = True
+    report_time: bool = True
+    report_sample: bool = True
+    report_batch: bool = True
+    host: str = ""
+    pid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltRecord:
+    """A window's record, and what free data and GC-free training would have removed from it
+    (the data wait and the GC pauses; on a device, the device's idle time for them)."""
+
+    record: PerformanceRecord
+    data_free_s: float
+    gc_free_s: float
+
+
+def read_score(score: Any) -> float | None:
+    """The loss as a float (``float()`` of a tensor that has reached the host), ``None`` when unreadable."""
+    if score is None:
+        return None
+    try:
+        return float(score)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def build_window_record(
+    host: HostWindow,
+    device: DeviceWindow | None,
+    options: RecordOptions,
+    *,
+    previous: str | None = None,
+    cpu: CpuLoad | None = None,
+) -> BuiltRecord:
+    """Build the record of a window.
+
+    Args:
+        host: what the host measured of the window.
+        device: what the device did in it, on an asynchronous device (CUDA); ``None`` on the host clock.
+        options: what the record holds.
+        previous: the verdict kind of the window before (hysteresis).
+        cpu: the window's CPU use (host clock only), for ``cpu-contention``.
+    """
+    figures = host.figures
+    n = figures.iterations
+    window_s = figures.window_s
+    etl_s = figures.etl_s
+    gc_s = host.gc_s
+    hardware = host.hardware
+    durations: tuple[float, ...] | list[float] = figures.durations
+    if device is None:
+        data_free_s, gc_free_s, base_s = etl_s, gc_s, window_s
+        verdict = judge(
+            window_s, etl_s, gc_s, figures.other_s, options.thresholds, iterations=n,
+            previous=previous, cpu=cpu,
+        ) if options.verdict else None
+    else:
+        durations = sorted(device.durations)
+        base_s = device.window_s
+        data_free_s = device.data_idle_s(figures.etls)
+        gc_free_s = min(gc_s, max(0.0, device.idle_s - data_free_s))
+        verdict = judge_device(
+            base_s, device.idle_s, data_free_s, etl_s, gc_s, figures.other_s, iterations=n,
+            utilization=hardware.get("gpu_utilization_pct"), thresholds=options.thresholds,
+            previous=previous,
+        ) if options.verdict else None
+    mean_s = sum(durations) / n
+    record = build_record(dict(
+        iteration=host.iteration,
+        window_iterations=n,
+        window_s=window_s,
+        warmup=host.warmup,
+        timestamp=host.timestamp,
+        etl_ms=1000.0 * etl_s / n if options.report_etl else None,
+        etl_max_ms=1000.0 * figures.etl_max_s if options.report_etl else None,
+        iteration_ms=1000.0 * mean_s if options.report_time else None,
+        iteration_p50_ms=1000.0 * percentile(durations, 50) if options.report_iteration else None,
+        iteration_p95_ms=1000.0 * percentile(durations, 95) if options.report_iteration else None,
+        iteration_max_ms=1000.0 * durations[-1] if options.report_iteration else None,
+        samples_per_sec=figures.samples_per_sec if options.report_sample else None,
+        batches_per_sec=figures.batches_per_sec if options.report_batch else None,
+        score=read_score(host.score) if options.report_score else None,
+        gc=host.gc,
+        epoch=host.epoch,
+        host=options.host,
+        pid=options.pid,
+        rank=host.rank,
+        device=host.device,
+        verdict=verdict,
+        samples=figures.samples,
+        batches=figures.batches,
+        etl_total_ms=1000.0 * etl_s,
+        compute_ms=1000.0 * figures.compute_s / n,
+        other_ms=1000.0 * figures.other_s / n,
+        optimizer_steps=figures.steps,
+        skipped_steps=figures.skipped,
+        etl_source=host.etl_source,
+        gc_total_ms=1000.0 * gc_s if options.report_gc else None,
+        overhead_ms=1000.0 * host.overhead_s,
+        extra=dict(host.times),
+        first_iteration=host.first_iteration,
+        device_idle_ms=1000.0 * device.idle_mean_s if device is not None else None,
+        device_idle_max_ms=1000.0 * device.idle_max_s if device is not None else None,
+        speedup_if_data_free=speedup(base_s, data_free_s),
+        speedup_if_gc_free=speedup(base_s, gc_free_s),
+        **hardware,  # keys are checked against HARDWARE_FIELDS
+    ))
+    return BuiltRecord(record, data_free_s, gc_free_s)

@@ -1,0 +1,83 @@
+"""The record builder with plain numbers: a window's host side (and device side) in, a record out."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from trainperf._build import RecordOptions, build_window_record, read_score
+from trainperf._deferred import HostWindow
+from trainperf._record import GCStat
+from trainperf._timeline import device_window
+from trainperf._verdict import DEFAULT_THRESHOLDS
+from trainperf._window import window_figures
+
+
+def host(**kw) -> HostWindow:
+    # four iterations of 10 ms from t=0, 2 ms of data wait each (given), 8 samples each
+    entries = [(0.010 * k, 0.002, None, 8, 1, 0.0, 1, 0) for k in (1, 2, 3, 4)]
+    base = dict(first_iteration=5, iteration=8, figures=window_figures(0.0, entries), warmup=False,
+                timestamp=1234.5, gc=(GCStat("gen0", 2, 1.5),), gc_s=0.0, score=0.25, epoch=1, rank=3, device=None,
+                overhead_s=0.0001, etl_source="given", hardware={"cpu_pct": 80.0}, times={"forward_ms": 3.0})
+    return HostWindow(**{**base, **kw})
+
+
+OPTIONS = RecordOptions(thresholds=DEFAULT_THRESHOLDS, report_score=True, report_gc=True, host="node", pid=7)
+
+
+def test_a_host_window_becomes_its_record():
+    built = build_window_record(host(), None, OPTIONS)
+    r = built.record
+    assert (r.first_iteration, r.iteration, r.window_iterations, r.warmup, r.timestamp) == (5, 8, 4, False, 1234.5)
+    assert r.window_s == pytest.approx(0.040)
+    assert r.etl_ms == pytest.approx(2.0) and r.etl_max_ms == pytest.approx(2.0)
+    assert r.etl_total_ms == pytest.approx(8.0)
+    assert r.compute_ms == pytest.approx(8.0) and r.other_ms == 0.0
+    assert r.iteration_ms == pytest.approx(10.0) and r.iteration_p50_ms == pytest.approx(10.0)
+    assert r.samples == 32 and r.samples_per_sec == pytest.approx(800.0) and r.batches_per_sec == pytest.approx(100.0)
+    assert (r.score, r.epoch, r.rank, r.host, r.pid, r.device) == (0.25, 1, 3, "node", 7, None)
+    assert r.gc_total_ms == 0.0 and r.overhead_ms == pytest.approx(0.1) and r.cpu_pct == 80.0
+    assert r.extra == {"forward_ms": 3.0} and r.etl_source == "given"
+    assert r.verdict is not None and r.verdict.kind == "input-bound" and r.verdict.share == 20.0
+    assert r.speedup_if_data_free == pytest.approx(1.25) and r.speedup_if_gc_free == 1.0
+    assert (built.data_free_s, built.gc_free_s) == (pytest.approx(0.008), 0.0)
+
+
+def test_switched_off_figures_are_none():
+    options = RecordOptions(thresholds=DEFAULT_THRESHOLDS, verdict=False, report_etl=False, report_time=False,
+                            report_iteration=False, report_sample=False, report_batch=False)
+    r = build_window_record(host(), None, options).record
+    assert (r.etl_ms, r.etl_max_ms, r.iteration_ms, r.iteration_p50_ms, r.iteration_p95_ms, r.iteration_max_ms) == (
+        None, None, None, None, None, None)
+    assert (r.samples_per_sec, r.batches_per_sec, r.score, r.gc_total_ms, r.verdict) == (None,) * 5
+    assert r.etl_total_ms == pytest.approx(8.0)  # the totals stay: the summary reads them
+
+
+def test_on_a_device_times_and_idle_come_from_its_clock():
+    # the device: 12 ms per iteration, 3 ms idle before each forward (the host waited 2 ms for data)
+    device = device_window([(0.003 + 0.012 * k, 0.012 * (k + 1)) for k in range(4)])
+    built = build_window_record(host(), device, OPTIONS)
+    r = built.record
+    assert r.iteration_ms == pytest.approx(12.0) and r.iteration_max_ms == pytest.approx(12.0)
+    assert r.device_idle_ms == pytest.approx(3.0) and r.device_idle_max_ms == pytest.approx(3.0)
+    assert built.data_free_s == pytest.approx(0.008)  # per iteration the smaller of 3 ms idle and 2 ms of data
+    assert r.speedup_if_data_free == pytest.approx(0.048 / 0.040)
+    assert r.verdict is not None and r.verdict.kind == "fine"  # 16.7% of the device's time: under the 20% line
+
+
+def test_the_previous_verdict_holds_a_share_down_to_its_hysteresis():
+    entries = [(0.010 * k, 0.0018, None, 8, 1, 0.0, 1, 0) for k in (1, 2, 3, 4)]  # 18% data wait
+    h = host(figures=window_figures(0.0, entries))
+    assert build_window_record(h, None, OPTIONS).record.verdict.kind == "fine"  # type: ignore[union-attr]
+    held = build_window_record(h, None, OPTIONS, previous="input-bound").record
+    assert held.verdict is not None and held.verdict.kind == "input-bound"
+
+
+def test_a_score_that_cannot_be_read_is_none():
+    class Broken:
+        def __float__(self):
+            raise RuntimeError("device lost")
+
+    assert read_score(None) is None and read_score(Broken()) is None and read_score("x") is None
+    assert read_score(2) == 2.0 and math.isnan(read_score(float("nan")))  # type: ignore[arg-type]
