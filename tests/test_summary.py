@@ -226,3 +226,30 @@ def test_the_material_amount_of_the_run_is_half_a_millisecond_per_iteration():
     assert summary(wall_s=0.01, etl_s=0.005, iterations=10).bottlenecks[0].share == 50.0
     assert summary(wall_s=0.01, etl_s=0.0004, iterations=0).bottlenecks == ()  # counted as one iteration
     assert summary(wall_s=0.001, etl_s=0.0005, iterations=1).bottlenecks[0].kind == "input-bound"
+
+
+def test_runs_shorter_than_a_second_have_their_shares_and_rates():
+    s = summary(wall_s=0.5, etl_s=0.25, gc_s=0.0625, other_s=0.125, samples=40, iterations=10,
+                device_wall_s=0.5, device_idle_s=0.125)
+    assert (s.etl_pct, s.gc_pct, s.other_pct, s.compute_pct) == (50.0, 12.5, 25.0, 12.5)
+    assert s.samples_per_sec == 80.0
+    assert "GPU idle between steps    0.125 s   25.0%" in str(s)
+
+
+def test_an_empty_run_has_zero_shares():
+    s = summary(wall_s=0.0, iterations=0, samples=0)
+    assert (s.etl_pct, s.gc_pct, s.other_pct, s.compute_pct, s.samples_per_sec) == (0.0, 0.0, 0.0, 0.0, None)
+    idle = summary(wall_s=1.0, device_wall_s=0.0, device_idle_s=0.0, iterations=10)
+    assert "GPU idle between steps    0.000 s    0.0%" in str(idle)
+
+
+def test_a_device_that_did_nothing_has_no_data_share_whatever_the_line():
+    s = summary(wall_s=1.0, device_wall_s=0.0, data_free_s=0.5, etl_s=0.5, iterations=10,
+                thresholds=Thresholds(input_bound=1.0, gc_bound=1.0, loop_bound=1.0))
+    assert [b.kind for b in s.bottlenecks] == []
+
+
+def test_the_runs_material_amount_exactly_and_for_zero_iterations():
+    assert summary(wall_s=0.001, etl_s=0.0005, iterations=1).bottlenecks[0].kind == "input-bound"
+    assert summary(wall_s=0.001, etl_s=0.0004996, iterations=1).bottlenecks == ()
+    assert summary(wall_s=0.001, etl_s=0.0004, iterations=0).bottlenecks == ()  # 40%, but 0.4 ms for one
