@@ -168,3 +168,7 @@ def test_a_collection_longer_than_a_short_step_takes_a_given_data_wait_down_to_w
 def test_percentile_of_nothing_is_a_value_error():
     with pytest.raises(ValueError, match="empty"):
         percentile([], 50)
+
+
+def test_a_rate_over_no_time_or_negative_time_is_none():
+    assert safe_rate(10, 0.0) is None and safe_rate(10, -1.0) is None and safe_rate(10, 0.5) == 20.0
