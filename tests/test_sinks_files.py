@@ -212,3 +212,25 @@ def test_a_fresh_file_replaces_what_was_there(tmp_path):
     with JsonLinesSink(path, append=False) as sink:
         sink(_one(3))
     assert [json.loads(line)["iteration"] for line in path.read_text().splitlines()] == [3]
+
+
+def test_csv_writes_infinities_by_name_and_nan_as_nan(tmp_path):
+    import csv
+
+    path = tmp_path / "run.csv"
+    with CsvSink(path) as sink:
+        for i, score in enumerate((math.inf, -math.inf, math.nan, 0.5), start=1):
+            sink(PerformanceRecord(iteration=i, window_iterations=1, window_s=1.0, warmup=False, timestamp=0.0,
+                                   score=score))
+    with open(path, newline="") as f:
+        scores = [row["score"] for row in csv.DictReader(f)]
+    assert scores == ["Infinity", "-Infinity", "nan", "0.5"]
+
+
+def test_csv_starts_its_file_afresh(tmp_path):
+    path = tmp_path / "run.csv"
+    path.write_text("old,header\n1,2\n")
+    with CsvSink(path) as sink:
+        sink(_one(1))
+    text = path.read_text()
+    assert "old,header" not in text and text.startswith("timestamp,host,") and text.count("\n") == 2
