@@ -32,9 +32,9 @@ MODULES: dict[str, tuple[str, ...]] = {
     "_verdict.py": ("tests/test_verdict.py",),
     "_summary.py": ("tests/test_summary.py",),
     "_timeline.py": ("tests/test_timeline.py", "tests/test_timeline_loops.py"),
-    "_stragglers.py": ("tests/test_stragglers.py", "tests/test_report.py"),
+    "ranks/_stragglers.py": ("tests/test_stragglers.py", "tests/test_report.py"),
     "_atomic.py": ("tests/test_atomic.py",),
-    "_gather.py": ("tests/test_gather.py",),
+    "ranks/_gather.py": ("tests/test_gather.py",),
     "_own_time.py": ("tests/test_own_time.py",),
     "torch/_gap.py": ("tests/test_gap.py",),
     "torch/_batch.py": ("tests/test_batch.py",),
@@ -45,7 +45,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "_logs/_parse.py": ("tests/test_parse.py", "tests/test_parse_hostile.py", "tests/test_parse_bulk.py"),
     "_logs/_bulk.py": ("tests/test_parse_bulk.py", "tests/test_parse.py", "tests/test_parse_hostile.py"),
     "torch/_attach.py": ("tests/test_torch_adapter.py", "tests/test_attribution.py", "tests/test_torch_loops.py"),
-    "_report/_load.py": ("tests/test_run_dir.py", "tests/test_report.py", "-k", "'not chromium and not html'"),
+    "ranks/_report/_load.py": ("tests/test_run_dir.py", "tests/test_report.py", "-k", "'not chromium and not html'"),
 }
 
 CONFIG = """[cosmic-ray]

@@ -204,7 +204,7 @@ def judge(run_dir: Path, scenario: Scenario, plan: Plan) -> Outcome:
     """Each steady window judged as the report judges it (``rank_figures`` then ``find_stragglers``
     over the ranks), and the report's own list of stragglers."""
     from trainperf import build_report
-    from trainperf._stragglers import find_stragglers, rank_figures
+    from trainperf.ranks._stragglers import find_stragglers, rank_figures
 
     by_window: dict[int, list[Any]] = {}
     for rank in range(plan.world):

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from trainperf import PerformanceRecord
-from trainperf._gather import TIMES, clock_offset, mean_figures
+from trainperf.ranks._gather import TIMES, clock_offset, mean_figures
 
 
 def test_the_clock_offset_comes_from_the_shortest_round_trip():

@@ -14,9 +14,9 @@ from _pictures import assert_drawn
 from _simulate import BASE, simulate
 from trainperf import PerformanceRecord, RunDirSink, build_report
 from trainperf._cli import main
-from trainperf._report import write_report
-from trainperf._report._html import script_json
-from trainperf._report._load import Clock
+from trainperf.ranks._report import write_report
+from trainperf.ranks._report._html import script_json
+from trainperf.ranks._report._load import Clock
 
 HOSTILE = "</script><img src=x onerror=alert(1)>"
 

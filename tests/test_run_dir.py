@@ -6,7 +6,7 @@ import pytest
 
 from _simulate import BASE, run_dir_sink, simulate
 from trainperf import PerformanceListener, PerformanceRecord, RunDirSink
-from trainperf._report._load import load_run, read_objects
+from trainperf.ranks._report._load import load_run, read_objects
 
 
 def lines(path):

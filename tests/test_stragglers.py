@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from trainperf._stragglers import CAUSES, RankFigures, cluster_line, find_stragglers, rank_figures
+from trainperf.ranks._stragglers import CAUSES, RankFigures, cluster_line, find_stragglers, rank_figures
 
 BASE = {"etl_ms": 2.0, "forward_ms": 5.0, "backward_ms": 8.0, "step_ms": 3.0, "other_ms": 1.0, "gc_ms": 0.0,
         "comm_ms": 0.1}
@@ -170,7 +170,7 @@ def test_cluster_line_without_straggler():
 def test_medians_of_the_others_match_a_plain_median_for_any_count():
     from statistics import median
 
-    from trainperf._stragglers import _medians_of_others
+    from trainperf.ranks._stragglers import _medians_of_others
 
     rng = random.Random(3)
     for n in range(2, 9):

@@ -5,10 +5,10 @@ from ._format import format_line
 from ._listener import BottleneckWarning, PerformanceListener
 from ._logs import ParsedLog, parse_log, plot
 from ._record import SCHEMA_VERSION, GCStat, PerformanceRecord, Verdict
-from ._report import build_report
-from ._run_dir_copy import run_dir_files, write_run_dir_files
 from ._summary import RunSummary
 from ._timeline import DeviceTimeline
+from .ranks._copy import run_dir_files, write_run_dir_files
+from .ranks._report import build_report
 from .sinks import LoggingSink, MemorySink, RunDirSink, Sink, SinkError
 
 __version__ = "0.1.0"

@@ -25,7 +25,6 @@ from ._gc import GCMonitor
 from ._hardware import Probe, process_probe, read_probes, worker_tips
 from ._own_time import Ledger, LedgerKey, UserClock, acquire, release
 from ._record import GCStat, PerformanceRecord, Verdict
-from ._run_dir import open_run_dir, write_timeline
 from ._summary import RunSummary
 from ._timeline import DeviceTimeline, DeviceWindow
 from ._totals import RunTotals
@@ -37,6 +36,7 @@ from ._verdict import (
     Thresholds,
 )
 from ._window import WindowEntry, WindowFigures, window_figures
+from .ranks._spans import open_run_dir, write_timeline
 from .sinks._base import Sink, SinkError
 from .sinks._logging import LoggingSink
 from .sinks._memory import MemorySink

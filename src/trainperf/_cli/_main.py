@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._atomic import atomic_write
-from ._report import add_report_command
+from ..ranks._command import add_report_command
 
 __all__ = ["main"]
 

@@ -1,6 +1,7 @@
 """Where records go. A sink is any callable taking a :class:`~trainperf.PerformanceRecord`, with an
 optional ``close()``; sinks that own files close them and work as context managers."""
 
+from ..ranks._sink import RunDirSink
 from ._base import Sink, SinkError
 from ._csv import CSV_COLUMNS, CsvSink
 from ._jsonlines import JsonLinesSink
@@ -8,7 +9,6 @@ from ._loggers import LoggerSink
 from ._logging import LoggingSink
 from ._memory import MemorySink
 from ._metrics import scalar_metrics
-from ._rundir import RunDirSink
 from ._tensorboard import TensorBoardSink
 from ._tqdm import TqdmSink
 

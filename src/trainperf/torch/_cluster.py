@@ -36,11 +36,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._gather import clock_offset, mean_figures
 from .._listener import PerformanceListener
 from .._record import PerformanceRecord
-from .._stragglers import cluster_line, find_stragglers, rank_figures
-from ..sinks._rundir import RunDirSink, rank_dir
+from ..ranks._gather import clock_offset, mean_figures
+from ..ranks._sink import RunDirSink, rank_dir
+from ..ranks._stragglers import cluster_line, find_stragglers, rank_figures
 
 __all__ = ["Cluster", "default_store"]
 

@@ -15,7 +15,7 @@ per iteration, on the listener's clock:
 * ``step``: from the end of the backward pass to the end of the optimizer step.
 
 The rank the others wait for is the one that waits least; its own phases say why (see
-:mod:`trainperf._stragglers`). The timing is a hook on the parameter whose gradient comes last
+:mod:`trainperf.ranks._stragglers`). The timing is a hook on the parameter whose gradient comes last
 (found in the first backward pass) and a callback queued on the autograd engine that runs after
 DDP's own end-of-backward work: DDP keeps its own all-reduce, in C++ (a Python comm hook would cost
 tens of microseconds per bucket). A comm hook the user registers after this (``register_comm_hook``,

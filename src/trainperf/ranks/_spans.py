@@ -6,9 +6,9 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 
-from ._window import WindowEntry
-from .sinks._base import SinkError
-from .sinks._rundir import RunDirSink
+from .._window import WindowEntry
+from ..sinks._base import SinkError
+from ._sink import RunDirSink
 
 __all__: list[str] = []
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..sinks._rundir import TIMELINE_PHASES
+from .._sink import TIMELINE_PHASES
 
 __all__: list[str] = []
 

@@ -9,9 +9,9 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from ..._window import percentile
+from .._sink import TIMELINE_PHASES
 from .._stragglers import RankFigures, Straggler, cluster_line, find_stragglers, rank_figures
-from .._window import percentile
-from ..sinks._rundir import TIMELINE_PHASES
 from ._load import Rank, load_run
 
 __all__ = ["build_report", "analyse"]
@@ -339,7 +339,7 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
     """The report of loaded, aligned ranks (see :func:`build_report`).
 
     Args:
-        ranks: what :func:`trainperf._report._load.load_run` returned.
+        ranks: what :func:`trainperf.ranks._report._load.load_run` returned.
     """
     starts = [s for s in (_start(r) for r in ranks) if s is not None]
     start = min(starts) if starts else 0.0

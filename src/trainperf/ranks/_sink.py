@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from .._atomic import atomic_write
 from .._record import PerformanceRecord
-from ._jsonlines import _json_default, _strict
+from ..sinks._jsonlines import _json_default, _strict
 
 __all__ = ["RunDirSink", "RUN_DIR_SCHEMA", "TIMELINE_PHASES", "CLOCK_STATUSES", "rank_dir"]
 

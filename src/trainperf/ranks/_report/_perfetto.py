@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..sinks._rundir import TIMELINE_PHASES
+from .._sink import TIMELINE_PHASES
 from ._load import Rank
 
 __all__ = ["trace_events", "perfetto_trace", "perfetto_traces"]

@@ -11,7 +11,7 @@ __all__ = ["add_report_command"]
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .._report import write_report
+    from ._report import write_report
 
     fmt: str = args.format or ("json" if args.output.endswith(".json") else "html")
     written = write_report(args.run_dir, args.output, fmt)

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .._atomic import atomic_write
+from ..._atomic import atomic_write
 from ._analyse import analyse, build_report
 from ._html import render_html
 from ._json import report_json
