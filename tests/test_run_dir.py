@@ -43,8 +43,8 @@ def test_sink_writes_meta_and_one_window_line_per_record(tmp_path):
 
 def test_timeline_spans_follow_each_other_in_phase_order(tmp_path):
     with RunDirSink(tmp_path, rank=0) as sink:
-        assert sink.timeline([(1, 100.0, 0.010, 0.020, 0.005), (2, 100.035, 0.0, 0.030, 0.0)])
-        sink.timeline([(3, 100.1, 0.001, 0.0, 0.0, {"forward": 0.01, "backward": 0.02, "step": 0.003})])
+        assert sink.spans([(1, 100.0, 0.010, 0.020, 0.005), (2, 100.035, 0.0, 0.030, 0.0)])
+        sink.spans([(3, 100.1, 0.001, 0.0, 0.0, {"forward": 0.01, "backward": 0.02, "step": 0.003})])
     spans = lines(tmp_path / "rank-0" / "timeline.jsonl")
     assert [(s["i"], s["ph"]) for s in spans] == [
         (1, "other"), (1, "data"), (1, "compute"), (2, "compute"), (3, "data"), (3, "forward"), (3, "backward"),
@@ -55,7 +55,7 @@ def test_timeline_spans_follow_each_other_in_phase_order(tmp_path):
 
 def test_timeline_keeps_the_first_and_the_slowest_windows_under_a_cap(tmp_path):
     sink = RunDirSink(tmp_path, rank=0, slowest_kept=3, max_timeline_windows=6)
-    kept = [sink.timeline([(i, float(i), 0.0, ms / 1000, 0.0)]) for i, ms in enumerate(
+    kept = [sink.spans([(i, float(i), 0.0, ms / 1000, 0.0)]) for i, ms in enumerate(
         [10, 10, 10, 10, 50, 10, 60, 10, 55, 70, 80, 90, 100], start=1)]
     # the first three kept; then only windows slower than the 3rd slowest so far; the cap of 6 is reached at 70 ms
     assert kept == [True, True, True, False, True, False, True, False, True, False, False, False, False]

@@ -36,7 +36,7 @@ from ._verdict import (
     Thresholds,
 )
 from ._window import WindowEntry, WindowFigures, window_figures
-from .ranks._spans import open_run_dir, write_timeline
+from .ranks._spans import open_run_dir, write_spans
 from .sinks._base import Sink, SinkError
 from .sinks._logging import LoggingSink
 from .sinks._memory import MemorySink
@@ -778,7 +778,7 @@ class PerformanceListener:
             pending.add(host)
             record = self._emit_all(pending.poll())
         if self._run_dir is not None:  # the window's host timeline, once its iterations are known
-            self._emitter.submit(functools.partial(write_timeline, self._run_dir, window_start, window,
+            self._emitter.submit(functools.partial(write_spans, self._run_dir, window_start, window,
                                                    host.iteration, self._clock_shift()))
         return record
 

@@ -18,12 +18,12 @@ from .._atomic import atomic_write
 from .._record import PerformanceRecord
 from ..sinks._jsonlines import _json_default, _strict
 
-__all__ = ["RunDirSink", "RUN_DIR_SCHEMA", "TIMELINE_PHASES", "CLOCK_STATUSES", "rank_dir"]
+__all__ = ["RunDirSink", "RUN_DIR_SCHEMA", "SPAN_PHASES", "CLOCK_STATUSES", "rank_dir"]
 
 #: Version of the run directory layout, written in each rank's ``meta.json``.
 RUN_DIR_SCHEMA = 1
 #: Phases a timeline span can have, in the order an iteration's row lists them after the start.
-TIMELINE_PHASES = ("data", "forward", "backward", "step", "compute", "other", "report")
+SPAN_PHASES = ("data", "forward", "backward", "step", "compute", "other", "report")
 #: What a clock estimate can say about a rank's offset to rank 0.
 CLOCK_STATUSES = ("reference", "aligned", "unknown")
 #: The row phases :meth:`RunDirSink.timeline` reads positionally after ``(iteration, start)``.
@@ -156,7 +156,7 @@ class RunDirSink:
     def __call__(self, record: PerformanceRecord) -> None:
         self._append("windows.jsonl", _line(record.to_dict()))
 
-    def timeline(self, rows: Iterable[Sequence[Any]]) -> bool:
+    def spans(self, rows: Iterable[Sequence[Any]]) -> bool:
         """Write the spans of one window's iterations, when the window is kept with detail.
 
         Args:
@@ -191,6 +191,9 @@ class RunDirSink:
                     t += d
         self._append("timeline.jsonl", "".join(out))
         return True
+
+    #: The earlier name of :meth:`spans` (the file is still ``timeline.jsonl``).
+    timeline = spans
 
     def _keep(self, mean_s: float) -> bool:
         """Whether a window of this mean iteration time gets full spans (and remember it)."""

@@ -18,7 +18,7 @@ TimelineRow = tuple[int, float, float, float, float]
 RunDir = tuple[RunDirSink, float]
 
 
-def timeline_rows(
+def span_rows(
     start: float, entries: Sequence[WindowEntry], last_iteration: int, wall_offset: float
 ) -> list[TimelineRow]:
     """One row per iteration of a window.
@@ -62,7 +62,7 @@ def open_run_dir(
     return sink, wall_clock() - clock()
 
 
-def write_timeline(
+def write_spans(
     run_dir: RunDir, start: float, window: Sequence[WindowEntry], last_iteration: int, shift: float = 0.0
 ) -> None:
     """Hand a reported window's iterations to the run directory's bounded timeline; a failure warns
@@ -80,7 +80,7 @@ def write_timeline(
     if sink.closed:
         return
     try:
-        sink.timeline(timeline_rows(start, window, last_iteration, wall_offset + shift))
+        sink.spans(span_rows(start, window, last_iteration, wall_offset + shift))
     except Exception as exc:  # noqa: BLE001 - the timeline must never stop training
         warnings.warn(f"trainperf could not write the timeline of {sink!r}: {exc!r}", SinkError, stacklevel=3)
 

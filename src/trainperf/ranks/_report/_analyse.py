@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..._window import percentile
-from .._sink import TIMELINE_PHASES
+from .._sink import SPAN_PHASES
 from .._stragglers import RankFigures, Straggler, cluster_line, find_stragglers, rank_figures
 from ._load import Rank, load_run
 
@@ -326,13 +326,13 @@ def _slowest(ranks: Sequence[Rank], start: float) -> list[dict[str, Any]]:
 def _phases_seen(slowest: Sequence[dict[str, Any]], rank_windows: Sequence[dict[str, Any]]) -> list[str]:
     """The phases that occur on the page: in the slowest windows' spans, and the data wait, step and
     other shares of the cells over time; in the timeline's order."""
-    seen = {TIMELINE_PHASES[s[1]] for w in slowest for s in w["spans"] if 0 <= s[1] < len(TIMELINE_PHASES)}
+    seen = {SPAN_PHASES[s[1]] for w in slowest for s in w["spans"] if 0 <= s[1] < len(SPAN_PHASES)}
     for cells in rank_windows:
         for row in cells["rows"]:
             for name, value in zip(("data", "compute", "other"), row[3:6], strict=True):
                 if value:
                     seen.add(name)
-    return [p for p in TIMELINE_PHASES if p in seen]
+    return [p for p in SPAN_PHASES if p in seen]
 
 
 def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
@@ -360,7 +360,7 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
         "run_name": names[0] if names else None,
         "start": start,
         "world_size": len(ranks),
-        "phases": list(TIMELINE_PHASES),
+        "phases": list(SPAN_PHASES),
         "phases_seen": _phases_seen(slowest, rank_windows),
         "cluster": cluster_line(whole, named) if whole else None,
         "analysed_windows": analysed,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._sink import TIMELINE_PHASES
+from .._sink import SPAN_PHASES
 
 __all__: list[str] = []
 
@@ -186,8 +186,8 @@ def _read_windows(path: Path) -> tuple[dict[str, array[float]], int]:
     return columns, skipped
 
 
-def _read_timeline(path: Path) -> tuple[array[int], array[int], array[float], array[float], int]:
-    phases = {name: k for k, name in enumerate(TIMELINE_PHASES)}
+def _read_spans(path: Path) -> tuple[array[int], array[int], array[float], array[float], int]:
+    phases = {name: k for k, name in enumerate(SPAN_PHASES)}
     iters, kinds, ts, ds = array("q"), array("b"), array("d"), array("d")
     skipped = 0
     last = -1
@@ -234,7 +234,7 @@ def _read_clock(path: Path) -> tuple[Clock, int]:
 def read_rank(path: Path, rank: int) -> Rank:
     """One rank's folder."""
     windows, skipped_windows = _read_windows(path / "windows.jsonl")
-    iters, kinds, ts, ds, skipped_timeline = _read_timeline(path / "timeline.jsonl")
+    iters, kinds, ts, ds, skipped_timeline = _read_spans(path / "timeline.jsonl")
     clock, skipped_clock = _read_clock(path / "clock.jsonl")
     events, skipped_events = read_objects(path / "events.jsonl")
     skipped = {"windows": skipped_windows, "timeline": skipped_timeline, "clock": skipped_clock,

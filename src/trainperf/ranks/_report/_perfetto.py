@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .._sink import TIMELINE_PHASES
+from .._sink import SPAN_PHASES
 from ._load import Rank
 
 __all__ = ["trace_events", "perfetto_trace", "perfetto_traces"]
@@ -51,7 +51,7 @@ def trace_events(rank: Rank, start: float, silent_since: float | None = None) ->
                        "dur": _us(ws), "args": args})
     for j in range(len(rank.span_t)):
         events.append({"ph": "X", "pid": pid, "tid": STEPS_TID, "cat": "step",
-                       "name": TIMELINE_PHASES[rank.span_phase[j]], "ts": _us(rank.span_t[j] - start),
+                       "name": SPAN_PHASES[rank.span_phase[j]], "ts": _us(rank.span_t[j] - start),
                        "dur": _us(rank.span_d[j]), "args": {"iteration": rank.span_iter[j]}})
     if silent_since is not None:
         events.append({"ph": "i", "s": "p", "pid": pid, "tid": WINDOWS_TID, "name": "silent",
