@@ -89,15 +89,17 @@ def test_a_release_while_the_ledgers_are_locked_does_not_wait_and_is_counted_lat
     def clock() -> float:
         return 0.0
 
-    before = _own_time.ledgers_in_use()
     key, _ = _own_time.acquire(clock, 1)
+    assert key in _own_time._ledgers
 
     def release_inside_acquire() -> None:  # what a finalizer run by a collection inside acquire() does
         with _own_time._lock:
             _own_time.release(key)
+            assert key in _own_time._ledgers  # not counted yet: the lock is held
 
     assert _finishes(release_inside_acquire)
-    assert _own_time.ledgers_in_use() == before
+    _own_time.ledgers_in_use()  # whoever takes the lock next counts it
+    assert key not in _own_time._ledgers
 
 
 def test_a_listener_collected_while_another_is_built_on_its_clock_does_not_deadlock():

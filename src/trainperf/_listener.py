@@ -13,18 +13,18 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
-from ._advice import CUDA_FIXES, DEFAULT_FIXES
 from ._build import RecordOptions, build_window_record
 from ._check import check_bool, check_callable, check_int, check_seconds, check_str, is_int
 from ._deferred import HostWindow, PendingWindows
 from ._emit import Emitter
 from ._gc import GCMonitor
-from ._hardware import Probe, process_probe, read_probes, worker_tips
+from ._hardware import Probe, process_probe, read_probes
+from ._notices import Advisor, BottleneckWarning, Notices
 from ._own_time import Ledger, LedgerKey, UserClock, acquire, release
-from ._record import GCStat, PerformanceRecord, Verdict
+from ._record import GCStat, PerformanceRecord
 from ._summary import RunSummary
 from ._timeline import DeviceTimeline, DeviceWindow
 from ._totals import RunTotals
@@ -44,12 +44,6 @@ from .sinks._memory import MemorySink
 __all__ = ["PerformanceListener", "BottleneckWarning"]
 
 Collector = Callable[[], tuple[int, float | None]]
-Advisor = Callable[[str], Sequence[str]]
-
-
-class BottleneckWarning(UserWarning):
-    """Issued once per run and bottleneck, when it persists: judged so in at least
-    3 windows after the warm-up, and in at least 30% of them (see :func:`trainperf._verdict.persists`)."""
 
 
 def _usable_cores() -> int:
@@ -316,7 +310,7 @@ class PerformanceListener:
         self._gc_finalizer = weakref.finalize(self, self._gc.uninstall if self._gc is not None else _nothing)
         self._gc_prev = self._gc.snapshot() if self._gc is not None else ((), ())
         self._collectors: list[tuple[str, Collector, tuple[int, float | None]]] = []
-        self._advisors: list[Advisor] = []
+        self._notices = Notices()
         self._on_close: list[Callable[[], None]] = []
 
         self._owner: int | None = None  # the thread that records; None until the first call
@@ -333,15 +327,10 @@ class PerformanceListener:
             probe = process_probe(lambda: self._loader_workers())
             if probe is not None:
                 self._probes.append(probe)
-        self._last_hardware: dict[str, float | None] = {}
         self._window_end = 0
         self._first_iteration = 1
-        self._warned_verdicts: set[str] = set()
-        self._said: set[str] = set()
         self._times: dict[str, float] = {}
         self._samples: dict[str, list[float]] = {}  # per-iteration values of add_sample, this window
-        self._deferred: list[str] = []
-        self._bad_verdicts: list[Verdict] = []
         self._previous_verdict: str | None = None
         self._cores = _usable_cores()
         self._step_threads: int | None = None
@@ -429,7 +418,7 @@ class PerformanceListener:
 
     def add_advisor(self, advisor: Advisor) -> None:
         """Register a function that, given a bad verdict's kind, names fixes it can see (adapters use this)."""
-        self._advisors.append(check_callable("advisor", advisor))
+        self._notices.advisors.append(check_callable("advisor", advisor))
 
     def set_timeline(self, timeline: DeviceTimeline | None) -> None:
         """Take iteration times and the device's idle time from ``timeline`` (CUDA events, say).
@@ -767,7 +756,7 @@ class PerformanceListener:
             overhead_s=self._overhead_s,
             times=self._take_times(figures.iterations),
             etl_source=self._etl_source(figures),
-            hardware=read_probes(self._probes, self._warn_once) if self._probes else {},
+            hardware=read_probes(self._probes, self._notices.once) if self._probes else {},
             excluded=self._take_excluded(figures.iterations),
         )
         pending = self._pending
@@ -845,17 +834,17 @@ class PerformanceListener:
         record, figures, hardware = built.record, host.figures, host.hardware
         verdict = record.verdict
         if hardware:
-            self._last_hardware = hardware
+            self._notices.workers_cpu_pct = hardware.get("workers_cpu_pct")
         self._totals.add(record, etl_s=figures.etl_s, other_s=figures.other_s, gc_s=host.gc_s,
                          data_free_s=built.data_free_s, gc_free_s=built.gc_free_s,
                          device_window_s=device.window_s if device is not None else None,
                          device_idle_s=device.idle_s if device is not None else 0.0)
         if figures.samples is None and self.report_sample:
-            self._warn_once("could not find the batch size; samples/sec is left out for this run")
+            self._notices.once("could not find the batch size; samples/sec is left out for this run")
         if verdict is not None and not record.warmup:  # the warm-up's start-up costs set no precedent
             self._previous_verdict = verdict.kind
             if verdict.kind != "fine" and self._totals.persists(verdict.kind):
-                self._bad_verdicts.append(verdict)
+                self._notices.bottleneck(verdict)
         self.history(record)
         self._emitter.deliver(record)  # inline: every sink gets the record before a SinkError can leave
         return record
@@ -874,15 +863,6 @@ class PerformanceListener:
         of CPU models say it): with it, ``cpu-contention`` also needs the step to get clearly less
         CPU than its compute needed."""
         self._step_threads = check_int("threads", threads, minimum=1, optional=True)
-
-    def _say_deferred(self) -> None:
-        """Issue the warnings of the records just built, once they have reached every sink."""
-        deferred, self._deferred = self._deferred, []
-        for message in deferred:
-            warnings.warn(f"trainperf: {message}", RuntimeWarning, stacklevel=_user_stacklevel())
-        verdicts, self._bad_verdicts = self._bad_verdicts, []
-        for verdict in verdicts:
-            self._warn_verdict(verdict)
 
     def _take_times(self, n: int) -> dict[str, float]:
         if not self._times:
@@ -909,7 +889,7 @@ class PerformanceListener:
             try:
                 count, ms = _read_collector(name, read)
             except Exception as exc:  # noqa: BLE001 - a collector must never stop training
-                self._warn_once(f"collector {name!r} failed and is left out of this window: {exc!r}")
+                self._notices.once(f"collector {name!r} failed and is left out of this window: {exc!r}")
                 continue
             delta_ms = ms - prev_ms if ms is not None and prev_ms is not None else None
             stats.append(GCStat(name, count - prev_count, delta_ms))
@@ -923,34 +903,13 @@ class PerformanceListener:
 
     def fixes_for(self, kind: str) -> list[str]:
         """Fixes for a bad verdict: first what the adapters can see, then the general ones."""
-        specific: list[str] = []
-        if kind == "input-bound":
-            specific.extend(worker_tips(self._last_hardware.get("workers_cpu_pct")))
-        for advisor in self._advisors:
-            try:
-                specific.extend(advisor(kind))
-            except Exception:  # noqa: BLE001 - advice must never break training
-                continue
-        general = [*DEFAULT_FIXES.get(kind, ()), *(CUDA_FIXES.get(kind, ()) if self.device is not None else ())]
-        return list(dict.fromkeys([*specific, *general]))  # once each, the most specific first
+        self._notices.on_cuda = self.device is not None
+        return self._notices.fixes_for(kind)
 
-    def _warn_once(self, message: str) -> None:
-        """Say ``message`` once per run, after the report in progress has reached every sink."""
-        if message not in self._said:
-            self._said.add(message)
-            self._deferred.append(message)
-
-    def _warn_verdict(self, verdict: Verdict) -> None:
-        if verdict.kind in self._warned_verdicts:
-            return
-        self._warned_verdicts.add(verdict.kind)
-        fixes = self.fixes_for(verdict.kind)
-        text = "\n".join(f"  - {fix}" for fix in fixes)
-        warnings.warn(
-            f"trainperf: training is {verdict.kind} ({verdict.reason}). Likely fixes:\n{text}",
-            BottleneckWarning,
-            stacklevel=_user_stacklevel(),
-        )
+    def _say_deferred(self) -> None:
+        """Issue the warnings of the records just built, once they have reached every sink."""
+        self._notices.on_cuda = self.device is not None
+        self._notices.say(_user_stacklevel)
 
     def summary(self) -> RunSummary:
         """Time split (data wait / compute / GC) over every reported window after warm-up, with the
