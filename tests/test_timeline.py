@@ -223,3 +223,13 @@ def test_speedup_of_windows_of_any_length():
     assert speedup(0.5, 0.25) == 2.0 and speedup(1.0, 0.46) == 1.0 / 0.54
     assert speedup(1.0, -0.5) == 1.0  # nothing to remove
     assert speedup(0.0, 0.0) is None and speedup(-1.0, 0.0) is None and speedup(1.0, 1.0) is None
+
+
+def test_long_windows_check_their_data_waits_by_count_and_more_removable_than_the_window_is_none():
+    from trainperf._timeline import speedup
+
+    w = device_window([(0.001 * k + 0.0005, 0.001 * (k + 1)) for k in range(300)])
+    assert w.data_idle_s([0.0] * 300) == 0.0
+    with pytest.raises(ValueError, match=r"one data wait per iteration \(300\), got 299"):
+        w.data_idle_s([0.0] * 299)
+    assert speedup(1.0, 1.5) is None
