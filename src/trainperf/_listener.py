@@ -18,13 +18,14 @@ from typing import Any
 
 from ._build import RecordOptions, build_window_record
 from ._check import check_bool, check_callable, check_int, check_seconds, check_str, is_int
+from ._collections import Collections, Collector
 from ._deferred import HostWindow, PendingWindows
 from ._emit import Emitter
 from ._gc import GCMonitor
 from ._hardware import Probe, process_probe, read_probes
 from ._notices import Advisor, BottleneckWarning, Notices
 from ._own_time import Ledger, LedgerKey, UserClock, acquire, release
-from ._record import GCStat, PerformanceRecord
+from ._record import PerformanceRecord
 from ._summary import RunSummary
 from ._timeline import DeviceTimeline, DeviceWindow
 from ._totals import RunTotals
@@ -43,7 +44,6 @@ from .sinks._memory import MemorySink
 
 __all__ = ["PerformanceListener", "BottleneckWarning"]
 
-Collector = Callable[[], tuple[int, float | None]]
 
 
 def _usable_cores() -> int:
@@ -158,19 +158,6 @@ def _iteration_error(
 ) -> Exception:
     error = _bad_iteration(samples, batches, etl, started, other, steps, skipped)
     return error or ValueError(f"record_iteration cannot record etl={etl!r} with other={other!r}")
-
-
-def _read_collector(name: str, read: Collector) -> tuple[int, float | None]:
-    """A collector's cumulative ``(count, ms or None)``, checked."""
-    value = read()
-    if (
-        not isinstance(value, tuple)
-        or len(value) != 2
-        or not is_int(value[0])
-        or not (value[1] is None or (isinstance(value[1], (int, float)) and not isinstance(value[1], bool)))
-    ):
-        raise TypeError(f"collector {name!r} must return (count: int, milliseconds: float or None), got {value!r}")
-    return int(value[0]), None if value[1] is None else float(value[1])
 
 
 class PerformanceListener:
@@ -308,8 +295,7 @@ class PerformanceListener:
             self._gc.install()
         # A listener dropped without close() leaves no gc.callbacks entry behind.
         self._gc_finalizer = weakref.finalize(self, self._gc.uninstall if self._gc is not None else _nothing)
-        self._gc_prev = self._gc.snapshot() if self._gc is not None else ((), ())
-        self._collectors: list[tuple[str, Collector, tuple[int, float | None]]] = []
+        self._collections = Collections(self._gc)
         self._notices = Notices()
         self._on_close: list[Callable[[], None]] = []
 
@@ -340,7 +326,6 @@ class PerformanceListener:
         self._explicit_source = "given"
         self._count = 0
         self._totals = RunTotals()
-        self._started = False
         self._window: list[WindowEntry] = []
         self._score: Any = None
         self._window_start = 0.0
@@ -406,9 +391,7 @@ class PerformanceListener:
             name: the collector's name in records and lines.
             read: returns cumulative ``(count, milliseconds or None)``; called on report iterations only.
         """
-        check_str("name", name, empty=False)
-        check_callable("read", read, "a callable returning (count, milliseconds or None)")
-        self._collectors.append((name, read, _read_collector(name, read)))
+        self._collections.add_collector(name, read)
 
     def set_loader_workers(self, pids: Callable[[], Collection[int]]) -> None:
         """Where to find the process ids of the training loader's worker processes (adapters that
@@ -465,10 +448,7 @@ class PerformanceListener:
     def start(self) -> None:
         """Begin timing now. Adapters call it when training starts; before that, time since
         construction counts towards the first (warm-up) window."""
-        if self._gc is not None:
-            self._gc_prev = self._gc.snapshot()
-        self._collectors = [(name, read, read()) for name, read, _ in self._collectors]
-        self._started = True
+        self._collections.restart()
         if self._owner is None:  # the thread that starts training is the one that trains
             self._move_ledger()
         with self._lock:
@@ -739,8 +719,8 @@ class PerformanceListener:
         window_start = self._window_start
         window = self._window
         window.append(last)
-        figures = window_figures(window_start, window, pauses=self._gc.take_pauses() if self._gc is not None else ())
-        gc_stats, _ = self._collect_gc()
+        figures = window_figures(window_start, window, pauses=self._collections.take_pauses())
+        gc_stats, _ = self._collections.read(self._notices.once)
         host = HostWindow(
             first_iteration=self._first_iteration,
             iteration=self._count,
@@ -874,27 +854,6 @@ class PerformanceListener:
             for name, values in samples.items():
                 out[f"{name}_p50_ms"] = 1000.0 * statistics.median(values)
         return out
-
-    def _collect_gc(self) -> tuple[tuple[GCStat, ...], float]:
-        stats: list[GCStat] = []
-        gc_s = 0.0
-        if self._gc is not None:
-            counts, seconds = self._gc.snapshot()
-            prev_counts, prev_seconds = self._gc_prev
-            for gen, (c, s, pc, ps) in enumerate(zip(counts, seconds, prev_counts, prev_seconds, strict=True)):
-                stats.append(GCStat(f"gen{gen}", c - pc, 1000.0 * (s - ps)))
-                gc_s += s - ps
-            self._gc_prev = (counts, seconds)
-        for i, (name, read, (prev_count, prev_ms)) in enumerate(self._collectors):
-            try:
-                count, ms = _read_collector(name, read)
-            except Exception as exc:  # noqa: BLE001 - a collector must never stop training
-                self._notices.once(f"collector {name!r} failed and is left out of this window: {exc!r}")
-                continue
-            delta_ms = ms - prev_ms if ms is not None and prev_ms is not None else None
-            stats.append(GCStat(name, count - prev_count, delta_ms))
-            self._collectors[i] = (name, read, (count, ms))
-        return tuple(stats), gc_s
 
     def _etl_source(self, figures: WindowFigures) -> str:
         if figures.etl_from_gap == 0:

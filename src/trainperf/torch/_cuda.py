@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
+from .._collections import Collector
 from .._hardware import Probe
-from .._listener import Collector
 
 __all__ = ["CudaTimeline"]
 
