@@ -234,3 +234,16 @@ def test_csv_starts_its_file_afresh(tmp_path):
         sink(_one(1))
     text = path.read_text()
     assert "old,header" not in text and text.startswith("timestamp,host,") and text.count("\n") == 2
+
+
+def test_a_file_cut_after_a_tab_gets_its_new_line_too(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"iteration":1}\n{"iteration":2,\t')
+    with JsonLinesSink(path) as sink:
+        sink(_one(3))
+    assert path.read_text().split("\n")[2].startswith('{"iteration":3,')
+
+
+def test_json_lines_options_are_keyword_only(tmp_path):
+    with pytest.raises(TypeError):
+        JsonLinesSink(tmp_path / "x.jsonl", False)  # type: ignore[misc]

@@ -42,7 +42,7 @@ class CsvSink(FileSink):
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        super().__init__(path, append=False)
+        super().__init__(path)
         self.columns: list[str] = []
         self._file = open(self.path, "w", encoding="utf-8", newline="")  # noqa: SIM115 - owned
         self._writer: Any = None

@@ -6,13 +6,11 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from .._check import check_bool
-
 __all__: list[str] = []
 
 
 class FileSink:
-    def __init__(self, path: str | os.PathLike[str], *, append: bool) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
         self.path = Path(path)
@@ -20,7 +18,6 @@ class FileSink:
             raise FileNotFoundError(f"path {str(self.path)!r}: folder {str(self.path.parent)!r} does not exist")
         if self.path.is_dir():
             raise IsADirectoryError(f"path {str(self.path)!r} is a folder; give a file's path")
-        self._append = check_bool("append", append)
         self._file: IO[str] | None = None
 
     def close(self) -> None:

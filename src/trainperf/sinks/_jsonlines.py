@@ -49,7 +49,8 @@ class JsonLinesSink(FileSink):
     """
 
     def __init__(self, path: str | os.PathLike[str], *, append: bool = True, fsync: bool = False) -> None:
-        super().__init__(path, append=append)
+        super().__init__(path)
+        append = check_bool("append", append)
         self.fsync = check_bool("fsync", fsync)
         if append and _ends_mid_line(self.path):
             with open(self.path, "a", encoding="utf-8") as f:
