@@ -16,14 +16,15 @@ import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
-from ._build import RecordOptions, build_window_record
-from ._check import check_bool, check_callable, check_int, check_seconds, check_str, is_int
+from ._build import build_window_record
+from ._check import check_callable, check_int, check_seconds, check_str, is_int
 from ._collections import Collections, Collector
 from ._deferred import HostWindow, PendingWindows
 from ._emit import Emitter
 from ._gc import GCMonitor
 from ._hardware import Probe, process_probe, read_probes
 from ._notices import Advisor, BottleneckWarning, Notices
+from ._options import ListenerOptions
 from ._own_time import Ledger, LedgerKey, UserClock, acquire, release
 from ._record import PerformanceRecord
 from ._summary import RunSummary
@@ -34,7 +35,6 @@ from ._verdict import (
     INPUT_BOUND_SHARE,
     LOOP_BOUND_SHARE,
     CpuLoad,
-    Thresholds,
 )
 from ._window import WindowEntry, WindowFigures, window_figures
 from .ranks._spans import open_run_dir, write_spans
@@ -54,12 +54,6 @@ def _usable_cores() -> int:
 
 
 _TIMELINE_METHODS = ("start", "begin", "end", "ready", "take", "wait", "stage")
-
-
-def _check_share(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 100.0:
-        raise ValueError(f"{name} must be a percentage in (0, 100], got {value!r}")
-    return float(value)
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -235,38 +229,31 @@ class PerformanceListener:
         cluster_timeout_s: float = 30.0,
         report_hardware: bool = True,
     ) -> None:
-        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
-            raise ValueError(f"frequency must be a positive int, got {frequency!r}")
-        self.frequency = frequency
-        self.report_score = check_bool("report_score", report_score)
-        self.report_gc = check_bool("report_gc", report_gc)
-        self.report_etl = check_bool("report_etl", report_etl)
-        self.report_iteration = check_bool("report_iteration", report_iteration)
-        self.report_time = check_bool("report_time", report_time)
-        self.report_sample = check_bool("report_sample", report_sample)
-        self.report_batch = check_bool("report_batch", report_batch)
-        self.verdict = check_bool("verdict", verdict)
-        self.thresholds = Thresholds(
-            input_bound=_check_share("input_bound_share", input_bound_share),
-            gc_bound=_check_share("gc_bound_share", gc_bound_share),
-            loop_bound=_check_share("loop_bound_share", loop_bound_share),
+        options = ListenerOptions(
+            frequency, report_score, report_gc, report_etl, report_iteration, report_time, report_sample,
+            report_batch, strict, sink_thread, history, verdict, input_bound_share, gc_bound_share,
+            loop_bound_share, rank, run_dir, cluster_every, cluster_timeout_s, report_hardware,
         )
-        self.strict = check_bool("strict", strict)
+        self.options = options
+        self.frequency = options.frequency
+        self.report_score, self.report_gc, self.report_etl = options.report_score, options.report_gc, options.report_etl
+        self.report_iteration, self.report_time = options.report_iteration, options.report_time
+        self.report_sample, self.report_batch = options.report_sample, options.report_batch
+        self.verdict, self.thresholds, self.strict = options.verdict, options.thresholds, options.strict
+        self.report_hardware = options.report_hardware
+        self.cluster_every, self.cluster_timeout_s = options.cluster_every, options.cluster_timeout_s
         if not callable(clock):
             raise TypeError(f"clock must be callable, got {clock!r}")
         if not callable(wall_clock):
             raise TypeError(f"wall_clock must be callable, got {wall_clock!r}")
-        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
-            raise ValueError(f"rank must be a non-negative int or None, got {rank!r}")
         if sinks is not None and (isinstance(sinks, (str, bytes)) or not isinstance(sinks, Iterable)):
             raise TypeError(f"sinks must be an iterable of sinks (callables taking a record) or None, got {sinks!r}")
         sink_list = [LoggingSink()] if sinks is None else list(sinks)
         for sink in sink_list:
             if not callable(sink):
                 raise TypeError(f"sinks must be callables taking a record, got {sink!r}")
-        self.history = MemorySink(check_int("history", history, minimum=1, optional=True))
-        self._emitter = Emitter(sink_list, strict=self.strict, inline=not check_bool("sink_thread", sink_thread),
-                                say=_say_sink)
+        self.history = MemorySink(options.history)
+        self._emitter = Emitter(sink_list, strict=self.strict, inline=not options.sink_thread, say=_say_sink)
         self._raw_clock = clock
         # The clock of every figure: it stands still while trainperf works (see _own_time). Its
         # ledger is the one of the thread that trains: this one until another records.
@@ -283,12 +270,7 @@ class PerformanceListener:
         self.epoch: int | None = None
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self._record_options = RecordOptions(
-            thresholds=self.thresholds, verdict=self.verdict, report_score=self.report_score,
-            report_gc=self.report_gc, report_etl=self.report_etl, report_iteration=self.report_iteration,
-            report_time=self.report_time, report_sample=self.report_sample, report_batch=self.report_batch,
-            host=self.host, pid=self.pid,
-        )
+        self._record_options = options.record_options(self.host, self.pid)
         user_clock = self._user_clock
         self._gc = GCMonitor(self._clock, skip=lambda: user_clock.own.busy > 0) if report_gc else None
         if self._gc is not None:
@@ -307,7 +289,6 @@ class PerformanceListener:
         self._pending: PendingWindows | None = None
         self._excluded: dict[int, float] = {}  # iteration index -> host seconds left out before it
         self._probes: list[Probe] = []
-        self.report_hardware = check_bool("report_hardware", report_hardware)
         self._loader_workers: Callable[[], Collection[int]] = tuple  # no loader workers known
         if self.report_hardware:
             probe = process_probe(lambda: self._loader_workers())
@@ -331,12 +312,6 @@ class PerformanceListener:
         self._window_start = 0.0
         self._next_report = 0
         self._warmup = True
-        self.cluster_every = check_int("cluster_every", cluster_every, minimum=1)
-        if isinstance(cluster_timeout_s, bool) or not isinstance(cluster_timeout_s, (int, float)) or not (
-            0 < cluster_timeout_s <= 3600
-        ):
-            raise ValueError(f"cluster_timeout_s must be seconds in (0, 3600], got {cluster_timeout_s!r}")
-        self.cluster_timeout_s = float(cluster_timeout_s)
         self._run_dir = open_run_dir(run_dir, self.rank, clock, wall_clock)  # offset to the raw clock
         if self._run_dir is not None:
             self._emitter.sinks.append(self._run_dir[0])
