@@ -388,7 +388,7 @@ def test_loader_workers_filling_the_cores_is_cpu_contention_with_its_fix():
 def test_the_listener_judges_contention_from_its_probe_and_its_loaders_workers(clock, monkeypatch):
     import trainperf._listener
 
-    monkeypatch.setattr(trainperf._listener, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(trainperf._listener, "usable_cores", lambda: 2)
     lst = listener(clock, frequency=5, report_hardware=False)
     lst.add_probe(lambda: {"cpu_pct": 100.0, "workers_cpu_pct": 45.0})
     lst.set_loader_workers(lambda: {11, 12})

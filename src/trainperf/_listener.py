@@ -8,7 +8,6 @@ import math
 import os
 import socket
 import statistics
-import sys
 import threading
 import time
 import warnings
@@ -17,7 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from ._build import build_window_record
-from ._check import check_callable, check_int, check_seconds, check_str, is_int
+from ._check import check_callable, check_int, check_seconds, check_str
 from ._collections import Collections, Collector
 from ._deferred import HostWindow, PendingWindows
 from ._emit import Emitter
@@ -26,6 +25,7 @@ from ._hardware import Probe, process_probe, read_probes
 from ._notices import Advisor, BottleneckWarning, Notices
 from ._options import ListenerOptions
 from ._own_time import Ledger, LedgerKey, UserClock, acquire, release
+from ._process import bad_iteration, env_rank, iteration_error, usable_cores, user_stacklevel
 from ._record import PerformanceRecord
 from ._summary import RunSummary
 from ._timeline import DeviceTimeline, DeviceWindow
@@ -46,50 +46,7 @@ __all__ = ["PerformanceListener", "BottleneckWarning"]
 
 
 
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 _TIMELINE_METHODS = ("start", "begin", "end", "ready", "take", "wait", "stage")
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_TORCH_MARKERS = (f"{os.sep}torch{os.sep}", f"{os.sep}lightning{os.sep}", f"{os.sep}pytorch_lightning{os.sep}")
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the user's own line: the first frame outside
-    trainperf and the frameworks that called into it (an optimizer's step hook, a Lightning hook)."""
-    frame = sys._getframe(2)  # the caller of warnings.warn's caller
-    level = 2
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not name.startswith(_PACKAGE_DIR) and not any(marker in name for marker in _TORCH_MARKERS):
-            return level
-        frame = frame.f_back  # type: ignore[assignment]
-        level += 1
-    return 2
-
-
-def _env_rank() -> int | None:
-    """The ``RANK`` environment variable, else the rank of an initialised ``torch.distributed``
-    process group when torch is already imported (never imported here), else ``None``."""
-    raw = os.environ.get("RANK")
-    if raw is None:
-        dist = sys.modules.get("torch.distributed")
-        try:
-            if dist is not None and dist.is_available() and dist.is_initialized():
-                return int(dist.get_rank())
-        except Exception:  # noqa: BLE001 - a half-built process group: no rank known
-            return None
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        return None
 
 
 _INF = math.inf
@@ -106,52 +63,13 @@ def _nothing() -> None:
 
 def _say_sink(message: str) -> None:
     warnings.warn(message if message.startswith("trainperf") else f"trainperf: {message}", SinkError,
-                  stacklevel=_user_stacklevel())
+                  stacklevel=user_stacklevel())
 
 
 def _release_ledger(key: list[LedgerKey | None]) -> None:
     if key[0] is not None:
         release(key[0])
         key[0] = None
-
-
-def _bad_iteration(
-    samples: object, batches: object, etl: object, started: object, other: object, steps: object, skipped: object
-) -> Exception | None:
-    """The error for :meth:`PerformanceListener.record_iteration` arguments of the wrong type or
-    value, naming the first bad one and the value it got; ``None`` when all are good."""
-    counts = {"samples": samples, "batches": batches, "steps": steps, "skipped": skipped}
-    for name, value in counts.items():
-        if value is None and name == "samples":
-            continue
-        if not is_int(value):
-            kind = "a non-negative int or None" if name == "samples" else "a non-negative int"
-            return TypeError(f"{name} must be {kind}, got {value!r}")
-        if value < 0:  # type: ignore[operator]
-            return ValueError(f"{name} must not be negative, got {value!r}")
-    if skipped > steps:  # type: ignore[operator]
-        return ValueError(f"skipped must be at most steps ({steps!r}), got {skipped!r}")
-    for name, value in {"etl": etl, "other": other, "started": started}.items():
-        if value is None and name == "started":
-            continue
-        if isinstance(value, (bool, str, bytes)):
-            return TypeError(f"{name} must be a number of seconds, got {value!r}")
-        if not isinstance(value, (int, float)):
-            try:
-                value = float(value)  # type: ignore[arg-type]  # numpy and 0-d tensor scalars
-            except (TypeError, ValueError):
-                return TypeError(f"{name} must be a number of seconds, got {value!r}")
-        if not math.isfinite(value) or (name != "started" and value < 0):
-            what = "a finite number" if name == "started" else "a finite, non-negative number of seconds"
-            return ValueError(f"{name} must be {what}, got {value!r}")
-    return None
-
-
-def _iteration_error(
-    samples: object, batches: object, etl: object, started: object, other: object, steps: object, skipped: object
-) -> Exception:
-    error = _bad_iteration(samples, batches, etl, started, other, steps, skipped)
-    return error or ValueError(f"record_iteration cannot record etl={etl!r} with other={other!r}")
 
 
 class PerformanceListener:
@@ -265,7 +183,7 @@ class PerformanceListener:
         self._user_clock = UserClock(clock, own, self._left_out)
         self._clock = self._user_clock.read
         self._wall_clock = wall_clock
-        self.rank = rank if rank is not None else _env_rank()
+        self.rank = rank if rank is not None else env_rank()
         self.device: int | None = None
         self.epoch: int | None = None
         self.host = socket.gethostname()
@@ -299,7 +217,7 @@ class PerformanceListener:
         self._times: dict[str, float] = {}
         self._samples: dict[str, list[float]] = {}  # per-iteration values of add_sample, this window
         self._previous_verdict: str | None = None
-        self._cores = _usable_cores()
+        self._cores = usable_cores()
         self._step_threads: int | None = None
         self._closed = False
         self._explicit_etl = False
@@ -517,9 +435,9 @@ class PerformanceListener:
                 and (samples is None or samples >= 0)
                 and (started is None or started - started == 0.0)
             ):
-                raise _iteration_error(samples, batches, etl, started, other, steps, skipped)
+                raise iteration_error(samples, batches, etl, started, other, steps, skipped)
         except TypeError:
-            raise _iteration_error(samples, batches, etl, started, other, steps, skipped) from None
+            raise iteration_error(samples, batches, etl, started, other, steps, skipped) from None
         if self._explicit_etl:
             etl = self._pending_etl
             started = None
@@ -581,7 +499,7 @@ class PerformanceListener:
             if self._closed:
                 raise RuntimeError("this PerformanceListener is closed: it records no more iterations")
             if self._owner is None:
-                error = _bad_iteration(samples, batches, etl, started, other, steps, skipped)
+                error = bad_iteration(samples, batches, etl, started, other, steps, skipped)
                 if error is not None:
                     raise error
                 self._owner = _get_ident()
@@ -610,7 +528,7 @@ class PerformanceListener:
             "record_iteration takes a lock. Iterations of all threads count in the same windows, in "
             "the order they end.",
             RuntimeWarning,
-            stacklevel=_user_stacklevel(),
+            stacklevel=user_stacklevel(),
         )
 
     def exclude(self, seconds: float) -> None:
@@ -843,7 +761,7 @@ class PerformanceListener:
     def _say_deferred(self) -> None:
         """Issue the warnings of the records just built, once they have reached every sink."""
         self._notices.on_cuda = self.device is not None
-        self._notices.say(_user_stacklevel)
+        self._notices.say(user_stacklevel)
 
     def summary(self) -> RunSummary:
         """Time split (data wait / compute / GC) over every reported window after warm-up, with the

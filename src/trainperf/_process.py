@@ -1,0 +1,94 @@
+"""What a listener asks of its process and of the arguments it is given: the cores it may use, its
+rank, the user's own line for a warning, and the check of one iteration's figures."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+from ._check import is_int
+
+__all__: list[str] = []
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_TORCH_MARKERS = (f"{os.sep}torch{os.sep}", f"{os.sep}lightning{os.sep}", f"{os.sep}pytorch_lightning{os.sep}")
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the user's own line: the first frame outside
+    trainperf and the frameworks that called into it (an optimizer's step hook, a Lightning hook)."""
+    frame = sys._getframe(2)  # the caller of warnings.warn's caller
+    level = 2
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(_PACKAGE_DIR) and not any(marker in name for marker in _TORCH_MARKERS):
+            return level
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return 2
+
+
+def env_rank() -> int | None:
+    """The ``RANK`` environment variable, else the rank of an initialised ``torch.distributed``
+    process group when torch is already imported (never imported here), else ``None``."""
+    raw = os.environ.get("RANK")
+    if raw is None:
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                return int(dist.get_rank())
+        except Exception:  # noqa: BLE001 - a half-built process group: no rank known
+            return None
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+def bad_iteration(
+    samples: object, batches: object, etl: object, started: object, other: object, steps: object, skipped: object
+) -> Exception | None:
+    """The error for :meth:`PerformanceListener.record_iteration` arguments of the wrong type or
+    value, naming the first bad one and the value it got; ``None`` when all are good."""
+    counts = {"samples": samples, "batches": batches, "steps": steps, "skipped": skipped}
+    for name, value in counts.items():
+        if value is None and name == "samples":
+            continue
+        if not is_int(value):
+            kind = "a non-negative int or None" if name == "samples" else "a non-negative int"
+            return TypeError(f"{name} must be {kind}, got {value!r}")
+        if value < 0:  # type: ignore[operator]
+            return ValueError(f"{name} must not be negative, got {value!r}")
+    if skipped > steps:  # type: ignore[operator]
+        return ValueError(f"skipped must be at most steps ({steps!r}), got {skipped!r}")
+    for name, value in {"etl": etl, "other": other, "started": started}.items():
+        if value is None and name == "started":
+            continue
+        if isinstance(value, (bool, str, bytes)):
+            return TypeError(f"{name} must be a number of seconds, got {value!r}")
+        if not isinstance(value, (int, float)):
+            try:
+                value = float(value)  # type: ignore[arg-type]  # numpy and 0-d tensor scalars
+            except (TypeError, ValueError):
+                return TypeError(f"{name} must be a number of seconds, got {value!r}")
+        if not math.isfinite(value) or (name != "started" and value < 0):
+            what = "a finite number" if name == "started" else "a finite, non-negative number of seconds"
+            return ValueError(f"{name} must be {what}, got {value!r}")
+    return None
+
+
+def iteration_error(
+    samples: object, batches: object, etl: object, started: object, other: object, steps: object, skipped: object
+) -> Exception:
+    error = bad_iteration(samples, batches, etl, started, other, steps, skipped)
+    return error or ValueError(f"record_iteration cannot record etl={etl!r} with other={other!r}")
