@@ -428,3 +428,8 @@ def test_device_words_round_their_percents_and_milliseconds():
     assert hidden_words(0.024985).endswith("data: 2 ms per batch, hidden behind 10 ms of GPU work")
     assert hidden_words(0.025015).endswith("data: 3 ms per batch, hidden behind 10 ms of GPU work")
     assert hidden_words(0.0251).endswith("data: 3 ms per batch, hidden behind 10 ms of GPU work")
+
+
+def test_device_words_give_milliseconds_per_step_rounded():
+    six = judge_device(0.100, 0.0, 0.0, etl_s=0.0, gc_s=0.0, iterations=6)  # 16.7 ms each
+    assert six.reason == "0% of the time the GPU waited for data; 17 ms of GPU work per step"
