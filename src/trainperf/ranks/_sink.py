@@ -17,15 +17,10 @@ from typing import IO, Any
 from .._atomic import atomic_write
 from .._record import PerformanceRecord
 from ..sinks._jsonlines import _json_default, _strict
+from ._layout import CLOCK, CLOCK_STATUSES, EVENTS, META, RUN_DIR_SCHEMA, SPAN_PHASES, SPANS, WINDOWS
 
 __all__ = ["RunDirSink", "RUN_DIR_SCHEMA", "SPAN_PHASES", "CLOCK_STATUSES", "rank_dir"]
 
-#: Version of the run directory layout, written in each rank's ``meta.json``.
-RUN_DIR_SCHEMA = 1
-#: Phases a timeline span can have, in the order an iteration's row lists them after the start.
-SPAN_PHASES = ("data", "forward", "backward", "step", "compute", "other", "report")
-#: What a clock estimate can say about a rank's offset to rank 0.
-CLOCK_STATUSES = ("reference", "aligned", "unknown")
 #: The row phases :meth:`RunDirSink.timeline` reads positionally after ``(iteration, start)``.
 _ROW_PHASES = ("data", "compute", "other")
 #: Order in which an iteration's phases follow each other on the timeline: the loop's own work
@@ -131,12 +126,12 @@ class RunDirSink:
     def _write_meta(self) -> None:
         text = json.dumps(_strict(self._meta), indent=1, allow_nan=False) + "\n"
         try:
-            atomic_write(self.path / "meta.json", lambda f: f.write(text))
+            atomic_write(self.path / META, lambda f: f.write(text))
         except FileNotFoundError:
             # another process that took this folder before it knew its rank removed it as it moved
             # on (see set_rank): the folder is this rank's, put it back
             self.path.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path / "meta.json", lambda f: f.write(text))
+            atomic_write(self.path / META, lambda f: f.write(text))
 
     def _append(self, name: str, text: str) -> None:
         if self._closed:
@@ -145,7 +140,7 @@ class RunDirSink:
         if f is None:
             # another process that took this folder for its own before it knew its rank may have
             # removed it (see set_rank): put it back, with the meta data
-            if not (self.path / "meta.json").exists():
+            if not (self.path / META).exists():
                 self.path.mkdir(parents=True, exist_ok=True)
                 self._write_meta()
             f = self._files[name] = open(self.path / name, "a", encoding="utf-8")  # noqa: SIM115 - owned
@@ -154,7 +149,7 @@ class RunDirSink:
 
     # ------------------------------------------------------------------ sink
     def __call__(self, record: PerformanceRecord) -> None:
-        self._append("windows.jsonl", _line(record.to_dict()))
+        self._append(WINDOWS, _line(record.to_dict()))
 
     def spans(self, rows: Iterable[Sequence[Any]]) -> bool:
         """Write the spans of one window's iterations, when the window is kept with detail.
@@ -189,7 +184,7 @@ class RunDirSink:
                 if d > 0.0:
                     out.append(_line({"i": iteration, "ph": phase, "t": t, "d": d}))
                     t += d
-        self._append("timeline.jsonl", "".join(out))
+        self._append(SPANS, "".join(out))
         return True
 
     #: The earlier name of :meth:`spans` (the file is still ``timeline.jsonl``).
@@ -227,7 +222,7 @@ class RunDirSink:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{name} must be a number{'' if name == 't' else ' or None'}, got {value!r}")
-        self._append("clock.jsonl", _line({"t": float(t), "offset_s": offset_s, "uncertainty_s": uncertainty_s,
+        self._append(CLOCK, _line({"t": float(t), "offset_s": offset_s, "uncertainty_s": uncertainty_s,
                                            "status": status}))
 
     def event(self, event: Mapping[str, Any]) -> None:
@@ -241,7 +236,7 @@ class RunDirSink:
             raise ValueError(f"event must be a mapping with a str 'kind', got {event!r}")
         data = dict(event)
         data.setdefault("t", float(self._wall_clock()))
-        self._append("events.jsonl", _line(data))
+        self._append(EVENTS, _line(data))
 
     def set_rank(self, rank: int) -> None:
         """Move to ``rank``'s folder, when this sink has written nothing but its ``meta.json`` yet
@@ -260,9 +255,9 @@ class RunDirSink:
             self.world_size = None
         old = self.path
         try:
-            meta = json.loads((old / "meta.json").read_text(encoding="utf-8"))
+            meta = json.loads((old / META).read_text(encoding="utf-8"))
             if meta.get("pid") == os.getpid() and meta.get("rank") == self.rank:
-                (old / "meta.json").unlink()
+                (old / META).unlink()
                 old.rmdir()  # only when empty: another rank may share the folder
         except (OSError, ValueError, AttributeError):
             pass

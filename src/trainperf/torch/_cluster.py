@@ -39,6 +39,7 @@ from typing import Any
 from .._listener import PerformanceListener
 from .._record import PerformanceRecord
 from ..ranks._gather import clock_offset, mean_figures
+from ..ranks._layout import RANK_FILES
 from ..ranks._sink import RunDirSink, rank_dir
 from ..ranks._stragglers import cluster_line, find_stragglers, rank_figures
 
@@ -50,7 +51,7 @@ _PINGS = 12
 #: Clocks are estimated again every this many gathers.
 _CLOCK_EVERY = 10
 #: The run-directory files sent to rank 0 at the end.
-_FILES = ("meta.json", "windows.jsonl", "timeline.jsonl", "clock.jsonl")
+_FILES = RANK_FILES
 #: At most this many bytes of one rank's files go to rank 0, in pieces of ``_CHUNK`` bytes (a
 #: store takes values of a few MiB at most).
 _MAX_FILE_BYTES = 64 << 20

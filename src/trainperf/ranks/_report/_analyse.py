@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..._window import percentile
-from .._sink import SPAN_PHASES
+from .._layout import SPAN_PHASES
 from .._stragglers import RankFigures, Straggler, cluster_line, find_stragglers, rank_figures
 from ._load import Rank, load_run
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._sink import SPAN_PHASES
+from .._layout import CLOCK, EVENTS, META, SPAN_PHASES, SPANS, WINDOWS
 
 __all__: list[str] = []
 
@@ -233,13 +233,13 @@ def _read_clock(path: Path) -> tuple[Clock, int]:
 
 def read_rank(path: Path, rank: int) -> Rank:
     """One rank's folder."""
-    windows, skipped_windows = _read_windows(path / "windows.jsonl")
-    iters, kinds, ts, ds, skipped_timeline = _read_spans(path / "timeline.jsonl")
-    clock, skipped_clock = _read_clock(path / "clock.jsonl")
-    events, skipped_events = read_objects(path / "events.jsonl")
+    windows, skipped_windows = _read_windows(path / WINDOWS)
+    iters, kinds, ts, ds, skipped_timeline = _read_spans(path / SPANS)
+    clock, skipped_clock = _read_clock(path / CLOCK)
+    events, skipped_events = read_objects(path / EVENTS)
     skipped = {"windows": skipped_windows, "timeline": skipped_timeline, "clock": skipped_clock,
                "events": skipped_events}
-    return Rank(rank, _read_meta(path / "meta.json"), windows, iters, kinds, ts, ds, clock, events, skipped)
+    return Rank(rank, _read_meta(path / META), windows, iters, kinds, ts, ds, clock, events, skipped)
 
 
 def _align(rank: Rank) -> None:

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .._sink import SPAN_PHASES
+from .._layout import SPAN_PHASES
 from ._load import Rank
 
 __all__ = ["trace_events", "perfetto_trace", "perfetto_traces"]

@@ -1,0 +1,24 @@
+"""The run directory's format in one place: its version, the files of a rank's folder, the phases
+of a span and what a clock estimate can say. Every writer and reader of a run directory takes its
+names from here (``docs/distributed.md`` describes each file)."""
+
+from __future__ import annotations
+
+__all__ = ["RUN_DIR_SCHEMA", "SPAN_PHASES", "CLOCK_STATUSES", "META", "WINDOWS", "SPANS", "CLOCK", "EVENTS",
+           "RANK_FILES"]
+
+#: Version of the run directory layout, written in each rank's ``meta.json``.
+RUN_DIR_SCHEMA = 1
+#: A rank's files: what it is (meta data), its windows, its iterations' spans (the file keeps its
+#: first name), its clock estimates and its events (a rank gone silent, a gather's stragglers).
+META = "meta.json"
+WINDOWS = "windows.jsonl"
+SPANS = "timeline.jsonl"
+CLOCK = "clock.jsonl"
+EVENTS = "events.jsonl"
+#: The files a rank hands to rank 0 when their disks are not shared (events are rank 0's own).
+RANK_FILES = (META, WINDOWS, SPANS, CLOCK)
+#: Phases a span can have, in the order an iteration's row lists them after the start.
+SPAN_PHASES = ("data", "forward", "backward", "step", "compute", "other", "report")
+#: What a clock estimate can say about a rank's offset to rank 0.
+CLOCK_STATUSES = ("reference", "aligned", "unknown")
