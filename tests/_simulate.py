@@ -63,8 +63,10 @@ def simulate(
     killed = killed or {}
     shifts = shifts or {}
     clocks = [_RankClock(r, shifts.get(r, 0.0)) for r in range(ranks)]
+    # sinks inline: a killed rank's files hold what it reported (on the writer thread, a crash also
+    # loses what was still queued)
     listeners = [PerformanceListener(frequency, sinks=[], verdict=False, clock=c.mono, wall_clock=c.wall, rank=r,
-                                     run_dir=run_dir) for r, c in enumerate(clocks)]
+                                     run_dir=run_dir, sink_thread=False) for r, c in enumerate(clocks)]
     if clock_estimates:
         for r, (c, listener) in enumerate(zip(clocks, listeners, strict=True)):
             run_dir_sink(listener).clock(c.wall(), -c.shift, 0.0005, "reference" if r == 0 else "aligned")

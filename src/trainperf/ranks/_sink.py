@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._atomic import atomic_write
+from .._json import json_line as _line
+from .._json import strict
 from .._record import PerformanceRecord
-from ..sinks._jsonlines import _json_default, _strict
 from ._layout import CLOCK, CLOCK_STATUSES, EVENTS, META, RUN_DIR_SCHEMA, SPAN_PHASES, SPANS, WINDOWS
 
 __all__ = ["RunDirSink", "RUN_DIR_SCHEMA", "SPAN_PHASES", "CLOCK_STATUSES", "rank_dir"]
@@ -46,10 +47,6 @@ def _check_positive(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
-
-
-def _line(obj: Mapping[str, Any]) -> str:
-    return json.dumps(_strict(dict(obj)), default=_json_default, separators=(",", ":"), allow_nan=False) + "\n"
 
 
 class RunDirSink:
@@ -124,7 +121,7 @@ class RunDirSink:
 
     # ------------------------------------------------------------------ files
     def _write_meta(self) -> None:
-        text = json.dumps(_strict(self._meta), indent=1, allow_nan=False) + "\n"
+        text = json.dumps(strict(self._meta), indent=1, allow_nan=False) + "\n"
         try:
             atomic_write(self.path / META, lambda f: f.write(text))
         except FileNotFoundError:

@@ -2,35 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from pathlib import Path
-from typing import Any
 
 from .._check import check_bool
+from .._json import json_line
 from .._record import PerformanceRecord
 from ._file import FileSink
 
 __all__ = ["JsonLinesSink"]
-
-
-def _json_default(value: Any) -> Any:
-    return str(value)
-
-
-#: How non-finite numbers are written: strict JSON has no NaN or Infinity, and many readers (Node,
-#: DuckDB, log pipelines) reject the extension; :func:`trainperf.parse_log` reads these back as floats.
-_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-
-
-def _strict(value: Any) -> Any:
-    """``value`` with every non-finite float replaced by its name as a string."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return _NON_FINITE[repr(value)]
-    if isinstance(value, dict):
-        return {key: _strict(item) for key, item in value.items()}
-    return value
 
 
 class JsonLinesSink(FileSink):
@@ -60,8 +40,7 @@ class JsonLinesSink(FileSink):
     def __call__(self, record: PerformanceRecord) -> None:
         if self._file is None:
             raise ValueError(f"{self!r} is closed")
-        line = json.dumps(_strict(record.to_dict()), default=_json_default, separators=(",", ":"), allow_nan=False)
-        line += "\n"
+        line = json_line(record.to_dict())
         self._file.write(line)
         self._file.flush()
         if self.fsync:
