@@ -12,6 +12,7 @@ import threading
 import time
 import warnings
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable
 
 from ._record import PerformanceRecord
@@ -64,10 +65,14 @@ class Emitter:
         _live.add(self)
 
     def _start_state(self) -> None:
-        self._queue: queue.Queue[PerformanceRecord | Callable[[], object] | None] = queue.Queue(self._queue_size)
+        # A lock-free queue bounded by two counters, each written by one side only: what the
+        # caller put, and what the writer has done. The writer notifies only when someone waits.
+        self._queue: queue.SimpleQueue[PerformanceRecord | Callable[[], object] | None] = queue.SimpleQueue()
+        self._put_count = 0
+        self._done_count = 0
         self._cond = threading.Condition()
-        self._pending = 0  # records put and not yet delivered
-        self._failures: list[str] = []  # sink failures met on the writer thread, said on the caller's
+        self._waiting = False
+        self._failures: deque[str] = deque()  # sink failures met on the writer thread, said on the caller's
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
 
@@ -79,14 +84,17 @@ class Emitter:
     @property
     def pending(self) -> int:
         """Records queued and not yet delivered to every sink."""
-        return self._pending
+        return self._put_count - self._done_count
 
     def deliver(self, record: PerformanceRecord) -> None:
         """Hand ``record`` to the sinks: at once when inline, else queue it for the writer thread."""
         if self.inline:
             self._fanout(record)
             return
-        if any(on_training_thread(sink) for sink in self._fanout.sinks):
+        sinks = self._fanout.sinks
+        if not sinks:
+            return
+        if any(on_training_thread(sink) for sink in sinks):
             for failure in self._fanout.deliver(record, training_thread=True):
                 self._say(failure)
         self._put(record)
@@ -110,14 +118,10 @@ class Emitter:
             self._start_state()
         if self._thread is None:
             self._start_writer()
-        with self._cond:
-            self._pending += 1
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            with self._cond:
-                self._pending -= 1
-                self._cond.notify_all()
+        if self._put_count - self._done_count < self._queue_size:
+            self._put_count += 1
+            self._queue.put(item)
+        else:
             self.dropped += 1
             if not self._said_dropped:
                 self._said_dropped = True
@@ -145,18 +149,16 @@ class Emitter:
                     item()
             except Exception as exc:  # noqa: BLE001 - the writer never dies
                 failures = [f"trainperf: writing {getattr(item, '__qualname__', item)!r} failed: {exc!r}"]
-            with self._cond:
-                self._failures.extend(failures)
-                self._pending -= 1
-                self._cond.notify_all()
+            self._failures.extend(failures)
+            self._done_count += 1
+            if self._waiting:
+                with self._cond:
+                    self._cond.notify_all()
 
     def _say_failures(self) -> None:
-        if not self._failures:
-            return
-        with self._cond:
-            failures, self._failures = self._failures, []
-        for failure in failures:
-            self._say(failure)
+        failures = self._failures
+        while failures:
+            self._say(failures.popleft())
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every queued record reached every sink, at most ``timeout_s`` (default
@@ -167,13 +169,17 @@ class Emitter:
             timeout_s = FLUSH_TIMEOUT_S
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._pending:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-            done = not self._pending
-            pending = self._pending
+            self._waiting = True
+            try:
+                while self.pending:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(min(left, 0.05))  # the writer notifies; the timeout only bounds a miss
+            finally:
+                self._waiting = False
+            pending = self.pending
+            done = not pending
         self._say_failures()
         if not done:
             self._say(f"a sink did not finish within {timeout_s:g} s: {pending} record(s) not yet delivered "
@@ -190,10 +196,7 @@ class Emitter:
         done = self.flush(timeout_s)
         thread = self._thread
         if thread is not None and self._pid == os.getpid():
-            try:
-                self._queue.put_nowait(None)
-            except queue.Full:
-                pass
+            self._queue.put(None)
             if done:
                 thread.join(FLUSH_TIMEOUT_S if timeout_s is None else timeout_s)
         self._fanout.close()
