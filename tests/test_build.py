@@ -81,3 +81,46 @@ def test_a_score_that_cannot_be_read_is_none():
 
     assert read_score(None) is None and read_score(Broken()) is None and read_score("x") is None
     assert read_score(2) == 2.0 and math.isnan(read_score(float("nan")))  # type: ignore[arg-type]
+
+
+def uneven(**kw) -> HostWindow:
+    # three iterations from t=0 ending at 10, 30 and 60 ms: each waited 1, 2 and 4 ms for data (given)
+    # and did 0.5, 1 and 1.5 ms of other host work; a 3 ms collection fell in the third step
+    entries = [(0.010, 0.001, None, 8, 1, 0.0005, 1, 0), (0.030, 0.002, None, 8, 1, 0.001, 1, 0),
+               (0.060, 0.004, None, 8, 1, 0.0015, 1, 0)]
+    figures = window_figures(0.0, entries, pauses=[(0.050, 0.003, 0)])
+    return host(figures=figures, gc_s=figures.gc_s, **kw)
+
+
+def test_uneven_iterations_give_their_own_percentiles_and_means():
+    r = build_window_record(uneven(), None, OPTIONS).record
+    assert r.iteration_ms == pytest.approx(20.0)
+    assert (r.iteration_p50_ms, r.iteration_p95_ms, r.iteration_max_ms) == pytest.approx((20.0, 29.0, 30.0))
+    assert r.etl_ms == pytest.approx(7.0 / 3.0) and r.etl_max_ms == pytest.approx(4.0)
+    assert r.other_ms == pytest.approx(1.0) and r.gc_total_ms == pytest.approx(3.0)
+    assert r.compute_ms == pytest.approx((60.0 - 7.0 - 3.0 - 3.0) / 3.0)
+    assert r.speedup_if_gc_free == pytest.approx(60.0 / 57.0)
+
+
+def test_on_a_device_gc_counts_only_as_far_as_the_device_sat_idle_for_it():
+    # the device idled 5 ms before each forward: 1, 2 and 4 ms of it was data wait, the rest GC's at most
+    device = device_window([(0.005, 0.010), (0.015, 0.030), (0.035, 0.060)])
+    built = build_window_record(uneven(), device, OPTIONS)
+    assert built.data_free_s == pytest.approx(0.007)
+    assert built.gc_free_s == pytest.approx(0.003)  # min(3 ms of GC, 15 - 7 ms of idle left)
+    small_idle = device_window([(0.001, 0.010), (0.012, 0.030), (0.034, 0.060)])  # 1, 2, 4 ms idle: all data
+    assert build_window_record(uneven(), small_idle, OPTIONS).gc_free_s == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_builders_values_are_frozen_and_its_options_keyword_only():
+    import dataclasses
+
+    built = build_window_record(host(), None, OPTIONS)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.data_free_s = 1.0  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        OPTIONS.verdict = False  # type: ignore[misc]
+    assert not hasattr(built, "__dict__") and not hasattr(OPTIONS, "__dict__")
+    assert RecordOptions(thresholds=DEFAULT_THRESHOLDS).pid == 0
+    with pytest.raises(TypeError):
+        build_window_record(host(), None, OPTIONS, "input-bound")  # type: ignore[misc]
