@@ -134,3 +134,35 @@ def test_a_folder_without_ranks_is_refused(tmp_path):
     (tmp_path / "rank-12345678").mkdir()  # more digits than a rank has
     with pytest.raises(ValueError):
         load_run(tmp_path)
+
+
+def test_offsets_further_along_are_interpolated_between_their_own_estimates():
+    clock = Clock([10.0, 20.0, 30.0, 40.0], [0.0, 1.0, 3.0, 7.0])
+    assert clock.offset_at(25.0) == 2.0 and clock.offset_at(35.0) == 5.0
+
+
+def test_a_capped_timeline_is_said_only_by_true(tmp_path):
+    write(tmp_path, "meta.json", [{"timeline_capped": True}])
+    assert read_rank(tmp_path, 0).meta["timeline_capped"] is True
+
+
+def test_windows_from_iteration_0_and_none_going_back(tmp_path):
+    w = {"window_iterations": 1}
+    write(tmp_path, "windows.jsonl", [{**w, "iteration": 0}, {**w, "iteration": 10}, {**w, "iteration": 5},
+                                      {**w, "iteration": 11}])
+    rank = read_rank(tmp_path, 0)
+    assert list(rank.windows["iteration"]) == [0.0, 10.0, 11.0] and rank.skipped["windows"] == 1
+
+
+def test_spans_from_iteration_0_up_to_2_to_the_62(tmp_path):
+    span = {"ph": "data", "t": 1.0, "d": 0.1}
+    write(tmp_path, "timeline.jsonl", [{**span, "i": 0}, {**span, "i": 200}, {**span, "i": 2**62},
+                                       {**span, "i": 2**62 + 1}])
+    rank = read_rank(tmp_path, 0)
+    assert list(rank.span_iter) == [0, 200, 2**62] and rank.skipped["timeline"] == 1
+
+
+def test_an_unknown_clock_estimate_is_no_estimate(tmp_path):
+    write(tmp_path, "clock.jsonl", [{"t": 10.0, "offset_s": 1.0, "status": "unknown"}])
+    clock = read_rank(tmp_path, 0).clock
+    assert (clock.times, clock.status) == ([], "unknown")
