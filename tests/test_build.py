@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from trainperf._build import RecordOptions, build_window_record, read_score
+from trainperf._build import build_window_record, read_score
 from trainperf._deferred import HostWindow
+from trainperf._options import ListenerOptions
 from trainperf._record import GCStat
 from trainperf._timeline import device_window
-from trainperf._verdict import DEFAULT_THRESHOLDS
 from trainperf._window import window_figures
 
 
@@ -23,11 +23,11 @@ def host(**kw) -> HostWindow:
     return HostWindow(**{**base, **kw})
 
 
-OPTIONS = RecordOptions(thresholds=DEFAULT_THRESHOLDS, report_score=True, report_gc=True, host="node", pid=7)
+OPTIONS = ListenerOptions(report_score=True, report_gc=True)
 
 
 def test_a_host_window_becomes_its_record():
-    built = build_window_record(host(), None, OPTIONS)
+    built = build_window_record(host(), None, OPTIONS, host_name="node", pid=7)
     r = built.record
     assert (r.first_iteration, r.iteration, r.window_iterations, r.warmup, r.timestamp) == (5, 8, 4, False, 1234.5)
     assert r.window_s == pytest.approx(0.040)
@@ -45,7 +45,7 @@ def test_a_host_window_becomes_its_record():
 
 
 def test_switched_off_figures_are_none():
-    options = RecordOptions(thresholds=DEFAULT_THRESHOLDS, verdict=False, report_etl=False, report_time=False,
+    options = ListenerOptions(verdict=False, report_etl=False, report_time=False,
                             report_iteration=False, report_sample=False, report_batch=False)
     r = build_window_record(host(), None, options).record
     assert (r.etl_ms, r.etl_max_ms, r.iteration_ms, r.iteration_p50_ms, r.iteration_p95_ms, r.iteration_max_ms) == (
@@ -121,6 +121,7 @@ def test_the_builders_values_are_frozen_and_its_options_keyword_only():
     with pytest.raises(dataclasses.FrozenInstanceError):
         OPTIONS.verdict = False  # type: ignore[misc]
     assert not hasattr(built, "__dict__") and not hasattr(OPTIONS, "__dict__")
-    assert RecordOptions(thresholds=DEFAULT_THRESHOLDS).pid == 0
+    r = built.record
+    assert (r.host, r.pid) == ("", 0)  # no process named
     with pytest.raises(TypeError):
         build_window_record(host(), None, OPTIONS, "input-bound")  # type: ignore[misc]

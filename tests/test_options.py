@@ -23,10 +23,7 @@ def test_defaults_and_normalised_numbers():
 def test_the_listener_keeps_its_options_and_records_follow_them():
     listener = PerformanceListener(3, sinks=[], report_score=True, verdict=False, gc_bound_share=5.0)
     assert listener.options == ListenerOptions(3, report_score=True, verdict=False, gc_bound_share=5.0)
-    record_options = listener.options.record_options("node", 9)
-    assert (record_options.report_score, record_options.verdict, record_options.thresholds.gc_bound) == (
-        True, False, 5.0)
-    assert (record_options.host, record_options.pid) == ("node", 9)
+    assert listener.options.thresholds == Thresholds(20.0, 5.0, 20.0) == listener.thresholds
     listener.close()
 
 

@@ -7,30 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._deferred import HostWindow
+from ._options import ListenerOptions
 from ._record import PerformanceRecord, build_record
 from ._timeline import DeviceWindow, speedup
-from ._verdict import CpuLoad, Thresholds, judge, judge_device
+from ._verdict import CpuLoad, judge, judge_device
 from ._window import percentile
 
 __all__: list[str] = []
-
-
-@dataclass(frozen=True, slots=True)
-class RecordOptions:
-    """What a record holds: the listener's ``report_*`` switches, whether it judges windows and with
-    which lines, and the process it describes."""
-
-    thresholds: Thresholds
-    verdict: bool = True
-    report_score: bool = False
-    report_gc: bool = False
-    report_etl: bool = True
-    report_iteration: bool = True
-    report_time: bool = True
-    report_sample: bool = True
-    report_batch: bool = True
-    host: str = ""
-    pid: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +39,10 @@ def read_score(score: Any) -> float | None:
 def build_window_record(
     host: HostWindow,
     device: DeviceWindow | None,
-    options: RecordOptions,
+    options: ListenerOptions,
     *,
+    host_name: str = "",
+    pid: int = 0,
     previous: str | None = None,
     cpu: CpuLoad | None = None,
 ) -> BuiltRecord:
@@ -66,7 +51,8 @@ def build_window_record(
     Args:
         host: what the host measured of the window.
         device: what the device did in it, on an asynchronous device (CUDA); ``None`` on the host clock.
-        options: what the record holds.
+        options: what the record holds (the listener's ``report_*`` switches, its verdict and lines).
+        host_name: the machine the record describes; ``pid`` its process.
         previous: the verdict kind of the window before (hysteresis).
         cpu: the window's CPU use (host clock only), for ``cpu-contention``.
     """
@@ -111,8 +97,8 @@ def build_window_record(
         score=read_score(host.score) if options.report_score else None,
         gc=host.gc,
         epoch=host.epoch,
-        host=options.host,
-        pid=options.pid,
+        host=host_name,
+        pid=pid,
         rank=host.rank,
         device=host.device,
         verdict=verdict,

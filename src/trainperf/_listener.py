@@ -188,7 +188,6 @@ class PerformanceListener:
         self.epoch: int | None = None
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self._record_options = options.record_options(self.host, self.pid)
         user_clock = self._user_clock
         self._gc = GCMonitor(self._clock, skip=lambda: user_clock.own.busy > 0) if report_gc else None
         if self._gc is not None:
@@ -703,7 +702,8 @@ class PerformanceListener:
         """Build the record of a window from its host side and, on an asynchronous device, its
         device side, and send it to every sink."""
         cpu = self._cpu_load(host.hardware, host.figures) if device is None and self.verdict else None
-        built = build_window_record(host, device, self._record_options, previous=self._previous_verdict, cpu=cpu)
+        built = build_window_record(host, device, self.options, host_name=self.host, pid=self.pid,
+                                    previous=self._previous_verdict, cpu=cpu)
         record, figures, hardware = built.record, host.figures, host.hardware
         verdict = record.verdict
         if hardware:

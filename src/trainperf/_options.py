@@ -4,9 +4,8 @@ it got. The adapters take the same options (their signatures derive from the lis
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ._build import RecordOptions
 from ._check import check_bool, check_int
 from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds
 
@@ -43,6 +42,8 @@ class ListenerOptions:
     cluster_every: int = 10
     cluster_timeout_s: float = 30.0
     report_hardware: bool = True
+    #: The three shares as the verdict's lines (derived from them).
+    thresholds: Thresholds = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         frequency = self.frequency
@@ -65,16 +66,5 @@ class ListenerOptions:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
             raise ValueError(f"cluster_timeout_s must be seconds in (0, 3600], got {timeout!r}")
         object.__setattr__(self, "cluster_timeout_s", float(timeout))
-
-    @property
-    def thresholds(self) -> Thresholds:
-        return Thresholds(self.input_bound_share, self.gc_bound_share, self.loop_bound_share)
-
-    def record_options(self, host: str, pid: int) -> RecordOptions:
-        """What the records of a listener with these options hold, for the process ``host``/``pid``."""
-        return RecordOptions(
-            thresholds=self.thresholds, verdict=self.verdict, report_score=self.report_score,
-            report_gc=self.report_gc, report_etl=self.report_etl, report_iteration=self.report_iteration,
-            report_time=self.report_time, report_sample=self.report_sample, report_batch=self.report_batch,
-            host=host, pid=pid,
-        )
+        object.__setattr__(self, "thresholds",
+                           Thresholds(self.input_bound_share, self.gc_bound_share, self.loop_bound_share))
