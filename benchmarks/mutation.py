@@ -15,6 +15,7 @@ can be read while it goes), and running again resumes where it stopped.
 from __future__ import annotations
 
 import argparse
+import ast
 import concurrent.futures
 import shutil
 import sqlite3
@@ -66,7 +67,7 @@ name = "local"
 
 
 def run_module(module: str, tests: tuple[str, ...], work: Path, keep: bool,
-               retest: bool = False) -> tuple[str, int, int, list[str], int]:
+               retest: bool = False) -> tuple[str, int, int, list[str], int, int]:
     """Mutate ``module`` in a worktree of its own; (module, run, killed, survivors, mutants). With ``keep``
     the worktree stays, and a session found there is resumed rather than started again."""
     tree = work / module.replace("/", "_")
@@ -84,9 +85,12 @@ def run_module(module: str, tests: tuple[str, ...], work: Path, keep: bool,
                 shutil.copy(ROOT / test, tree / test)
         config = tree / "cosmic-ray.toml"
         config.write_text(CONFIG.format(module=module, python=sys.executable, tests=" ".join(tests)))
-        for step in ("exec",) if resume else ("init", "exec"):
-            subprocess.run([sys.executable, "-m", "cosmic_ray.cli", step, str(config), str(session)], cwd=tree,
+        if not resume:
+            subprocess.run([sys.executable, "-m", "cosmic_ray.cli", "init", str(config), str(session)], cwd=tree,
                            check=True, capture_output=True)
+            _set_aside_never_run(session, (tree / "src" / "trainperf" / module).read_text())
+        subprocess.run([sys.executable, "-m", "cosmic_ray.cli", "exec", str(config), str(session)], cwd=tree,
+                       check=True, capture_output=True)
         return (module, *_outcomes(session))
     finally:
         if not keep:
@@ -94,8 +98,59 @@ def run_module(module: str, tests: tuple[str, ...], work: Path, keep: bool,
                            capture_output=True)
 
 
-def _outcomes(session: Path) -> tuple[int, int, list[str], int]:
-    """(mutants run, killed, survivors, mutants in all) of a session."""
+def never_run_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """The (start, end) positions (row from 1, column from 0) of code that never runs: annotations (every
+    module has ``from __future__ import annotations``, so none is evaluated), ``@overload`` signatures
+    (the last definition is the one called) and ``if TYPE_CHECKING:`` blocks."""
+    spans: list[tuple[tuple[int, int], tuple[int, int]]] = []
+
+    def span(node: ast.expr | ast.stmt) -> None:
+        spans.append(((node.lineno, node.col_offset), (node.end_lineno or node.lineno, node.end_col_offset or 0)))
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if any(isinstance(d, (ast.Name, ast.Attribute)) and getattr(d, "id", getattr(d, "attr", "")) == "overload"
+                   for d in node.decorator_list):
+                span(node)
+                continue
+            if node.returns is not None:
+                span(node.returns)
+        elif isinstance(node, ast.arg) and node.annotation is not None:
+            span(node.annotation)
+        elif isinstance(node, ast.AnnAssign):
+            span(node.annotation)
+        elif isinstance(node, ast.If) and isinstance(node.test, (ast.Name, ast.Attribute)) and \
+                getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING":
+            for child in node.body:
+                span(child)
+    return spans
+
+
+def _set_aside_never_run(session: Path, source: str) -> None:
+    """Take the mutants that fall wholly inside code that never runs out of the session (they are
+    equivalent by construction) and count them in a table of their own."""
+    spans = never_run_spans(source)
+    with sqlite3.connect(session) as db:
+        rows = db.execute("SELECT job_id, start_pos_row, start_pos_col, end_pos_row, end_pos_col "
+                          "FROM mutation_specs").fetchall()
+        aside = [job for job, r0, c0, r1, c1 in rows
+                 if any(a <= (r0, c0) and (r1, c1) <= b for a, b in spans)]
+        db.execute("CREATE TABLE IF NOT EXISTS never_run (job_id VARCHAR PRIMARY KEY)")
+        db.executemany("INSERT OR IGNORE INTO never_run VALUES (?)", [(j,) for j in aside])
+        db.executemany("DELETE FROM mutation_specs WHERE job_id = ?", [(j,) for j in aside])
+        db.executemany("DELETE FROM work_items WHERE job_id = ?", [(j,) for j in aside])
+
+
+def _never_run(session: Path) -> int:
+    with sqlite3.connect(session) as db:
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM never_run").fetchone()[0])
+        except sqlite3.OperationalError:  # a session made before mutants were set aside
+            return 0
+
+
+def _outcomes(session: Path) -> tuple[int, int, list[str], int, int]:
+    """(mutants run, killed, survivors, mutants in all, mutants set aside as never run) of a session."""
     with sqlite3.connect(session) as db:
         rows = db.execute(
             "SELECT m.operator_name, m.start_pos_row, m.occurrence, r.test_outcome FROM mutation_specs m "
@@ -103,7 +158,7 @@ def _outcomes(session: Path) -> tuple[int, int, list[str], int]:
         specs = db.execute("SELECT COUNT(*) FROM mutation_specs").fetchone()[0]
     survivors = [f"line {row} {op} #{occ}" for op, row, occ, outcome in rows if outcome == "SURVIVED"]
     killed = sum(1 for *_, outcome in rows if outcome == "KILLED")
-    return len(rows), killed, sorted(survivors, key=lambda s: int(s.split()[1])), specs
+    return len(rows), killed, sorted(survivors, key=lambda s: int(s.split()[1])), specs, _never_run(session)
 
 
 def main() -> None:
@@ -131,10 +186,11 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             results = list(pool.map(lambda m: run_module(m, MODULES[m], work, keep, args.retest), chosen))
-    for module, total, killed, survivors, specs in results:
+    for module, total, killed, survivors, specs, aside in results:
         share = 100.0 * killed / total if total else float("nan")
         pending = f" ({specs - total} of {specs} not run yet)" if specs > total else ""
-        print(f"{module}: {killed} of {total} mutants killed ({share:.0f}%), {len(survivors)} survived{pending}")
+        print(f"{module}: {killed} of {total} mutants killed ({share:.0f}%), {len(survivors)} survived{pending}; "
+              f"{aside} more in annotations and other code that never runs, not run")
         for s in survivors:
             print(f"    {s}")
     if not keep:
