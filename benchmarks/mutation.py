@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import ast
 import concurrent.futures
+import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -50,16 +52,19 @@ MODULES: dict[str, tuple[str, ...]] = {
                         "tests/test_parse_bulk.py", "tests/test_format.py"),
     "_logs/_parse.py": ("tests/test_parse.py", "tests/test_parse_hostile.py", "tests/test_parse_bulk.py"),
     "_logs/_bulk.py": ("tests/test_parse_bulk.py", "tests/test_parse.py", "tests/test_parse_hostile.py"),
-    "torch/_attach.py": ("tests/test_torch_adapter.py", "tests/test_attribution.py", "tests/test_torch_loops.py"),
+    "torch/_attach.py": ("tests/test_attribution.py", "tests/test_torch_adapter.py", "tests/test_torch_loops.py",
+                         "tests/test_timeline_loops.py"),
     "ranks/_report/_load.py": ("tests/test_load.py", "tests/test_run_dir.py", "tests/test_report.py", "-k",
                                "'not chromium and not html'"),
 }
+
+PYTEST = "-m pytest -x -q -p no:cacheprovider -m 'not realtime'"
 
 CONFIG = """[cosmic-ray]
 module-path = "src/trainperf/{module}"
 timeout = 120.0
 excluded-modules = []
-test-command = "env PYTHONPATH=src {python} -m pytest -x -q -p no:cacheprovider -m 'not realtime' {tests}"
+test-command = "env PYTHONPATH=src {command}"
 
 [cosmic-ray.distributor]
 name = "local"
@@ -67,7 +72,7 @@ name = "local"
 
 
 def run_module(module: str, tests: tuple[str, ...], work: Path, keep: bool,
-               retest: bool = False) -> tuple[str, int, int, list[str], int, int]:
+               retest: bool = False, covering: bool = False) -> tuple[str, int, int, list[str], int, int]:
     """Mutate ``module`` in a worktree of its own; (module, run, killed, survivors, mutants). With ``keep``
     the worktree stays, and a session found there is resumed rather than started again."""
     tree = work / module.replace("/", "_")
@@ -84,8 +89,14 @@ def run_module(module: str, tests: tuple[str, ...], work: Path, keep: bool,
             if test.startswith("tests/"):
                 shutil.copy(ROOT / test, tree / test)
         config = tree / "cosmic-ray.toml"
-        config.write_text(CONFIG.format(module=module, python=sys.executable, tests=" ".join(tests)))
+        if covering:  # each mutant runs only the tests that execute the lines it changed
+            command = f"{sys.executable} {Path(__file__).resolve()} --covering-run {module} {' '.join(tests)}"
+        else:
+            command = f"{sys.executable} {PYTEST} {' '.join(tests)}"
+        config.write_text(CONFIG.format(module=module, command=command.replace('"', '\\"')))
         if not resume:
+            if covering:
+                _map_covering_tests(tree, module, tests)
             subprocess.run([sys.executable, "-m", "cosmic_ray.cli", "init", str(config), str(session)], cwd=tree,
                            check=True, capture_output=True)
             _set_aside_never_run(session, (tree / "src" / "trainperf" / module).read_text())
@@ -96,6 +107,77 @@ def run_module(module: str, tests: tuple[str, ...], work: Path, keep: bool,
         if not keep:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                            capture_output=True)
+
+
+COVERING = "covering.json"
+
+
+def _map_covering_tests(tree: Path, module: str, tests: tuple[str, ...]) -> None:
+    """Run the module's tests once under coverage, with each test as a context, and keep which tests
+    execute each line of the module (``""``: at import, outside any test) in ``tree/covering.json``."""
+    from coverage import CoverageData
+
+    rc, data = tree / ".coveragerc-mutation", tree / ".coverage-mutation"
+    rc.write_text(f"[run]\ndynamic_context = test_function\ninclude = */trainperf/{module}\n")
+    subprocess.run(f"env PYTHONPATH=src {sys.executable} -m coverage run --rcfile={rc} --data-file={data} "
+                   f"{PYTEST.removeprefix('-m ').replace(' -x', '')} {' '.join(tests)}", shell=True, cwd=tree,
+                   check=True, capture_output=True)
+    covered = CoverageData(str(data))
+    covered.read()
+    by_line: dict[int, set[str]] = {}
+    for measured in covered.measured_files():
+        for line, contexts in (covered.contexts_by_lineno(measured) or {}).items():
+            by_line.setdefault(line, set()).update(_node_id(c) for c in contexts)
+    (tree / COVERING).write_text(json.dumps({str(k): sorted(v) for k, v in by_line.items()}))
+
+
+def _node_id(context: str) -> str:
+    """``test_mod.Class.test_name`` (coverage's test context) as ``tests/test_mod.py::Class::test_name``;
+    ``""`` (code run at import) stays ``""``."""
+    if not context:
+        return ""
+    module, *rest = context.split(".")
+    return "::".join([f"tests/{module}.py", *rest])
+
+
+def _statement_lines(source: str, line: int) -> range:
+    """The lines of the innermost statement at ``line`` (of a compound statement, its header)."""
+    best: ast.stmt | None = None
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if best is None or node.lineno >= best.lineno and (node.end_lineno or 0) <= (best.end_lineno or 0):
+                best = node
+    if best is None:
+        return range(line, line + 1)
+    body = getattr(best, "body", None)
+    end = body[0].lineno - 1 if isinstance(body, list) and body and body[0].lineno > best.lineno else \
+        (best.end_lineno or best.lineno)
+    return range(best.lineno, max(end, line) + 1) if line <= end else range(line, line + 1)
+
+
+def covering_run(module: str, tests: list[str]) -> int:
+    """The test command of a ``--covering`` session (run in its worktree, the mutant applied): pytest on
+    the tests that execute the changed lines; every test when one of them runs at import; none (the
+    mutant survives) when no test executes them."""
+    path = f"src/trainperf/{module}"
+    diff = subprocess.run(["git", "diff", "-U0", "--", path], capture_output=True, text=True, check=True).stdout
+    original = subprocess.run(["git", "show", f"HEAD:{path}"], capture_output=True, text=True, check=True).stdout
+    changed: set[int] = set()
+    for start, count in re.findall(r"^@@ -(\d+)(?:,(\d+))? ", diff, re.MULTILINE):
+        first, n = int(start), int(count) if count else 1
+        changed.update(range(first, first + max(n, 1)))
+    by_line: dict[str, list[str]] = json.loads(Path(COVERING).read_text())
+    chosen: set[str] = set()
+    for line in changed:
+        for at in _statement_lines(original, line):
+            chosen.update(by_line.get(str(at), ()))
+    if "" in chosen:
+        node_ids = tests
+    else:
+        node_ids = sorted(chosen)
+    if not node_ids:
+        return 0
+    return subprocess.run(f"{sys.executable} {PYTEST} {' '.join(node_ids)}", shell=True).returncode
 
 
 def never_run_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
@@ -167,9 +249,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--keep", type=Path, help="keep each module's worktree and session here (read them "
                         "while it runs with --report; run again to resume)")
+    parser.add_argument("--covering", action="store_true", help="run each mutant against only the tests that "
+                        "execute the lines it changes (measured once with coverage per test): much faster")
     parser.add_argument("--report", action="store_true", help="only print what the sessions under --keep hold")
     parser.add_argument("--retest", action="store_true", help="run the survivors of the sessions under --keep "
                         "again against the current tests (the module's source must not have changed)")
+    if sys.argv[1:2] == ["--covering-run"]:  # the test command of a --covering session
+        sys.exit(covering_run(sys.argv[2], sys.argv[3:]))
     args = parser.parse_args()
     chosen = args.modules or list(MODULES)
     unknown = [m for m in chosen if m not in MODULES]
@@ -185,7 +271,8 @@ def main() -> None:
     else:
         work.mkdir(parents=True, exist_ok=True)
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(lambda m: run_module(m, MODULES[m], work, keep, args.retest), chosen))
+            results = list(pool.map(lambda m: run_module(m, MODULES[m], work, keep, args.retest,
+                                                                    args.covering), chosen))
     for module, total, killed, survivors, specs, aside in results:
         share = 100.0 * killed / total if total else float("nan")
         pending = f" ({specs - total} of {specs} not run yet)" if specs > total else ""
