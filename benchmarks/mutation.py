@@ -120,7 +120,7 @@ def _map_covering_tests(tree: Path, module: str, tests: tuple[str, ...]) -> None
     rc, data = tree / ".coveragerc-mutation", tree / ".coverage-mutation"
     rc.write_text(f"[run]\ndynamic_context = test_function\ninclude = */trainperf/{module}\n")
     subprocess.run(f"env PYTHONPATH=src {sys.executable} -m coverage run --rcfile={rc} --data-file={data} "
-                   f"{PYTEST.removeprefix('-m ').replace(' -x', '')} {' '.join(tests)}", shell=True, cwd=tree,
+                   f"{PYTEST.replace(' -x', '')} {' '.join(tests)}", shell=True, cwd=tree,
                    check=True, capture_output=True)
     covered = CoverageData(str(data))
     covered.read()
