@@ -94,9 +94,9 @@ def run_module(module: str, tests: tuple[str, ...], work: Path, keep: bool,
         else:
             command = f"{sys.executable} {PYTEST} {' '.join(tests)}"
         config.write_text(CONFIG.format(module=module, command=command.replace('"', '\\"')))
+        if covering and not (tree / COVERING).exists():
+            _map_covering_tests(tree, module, tests)
         if not resume:
-            if covering:
-                _map_covering_tests(tree, module, tests)
             subprocess.run([sys.executable, "-m", "cosmic_ray.cli", "init", str(config), str(session)], cwd=tree,
                            check=True, capture_output=True)
             _set_aside_never_run(session, (tree / "src" / "trainperf" / module).read_text())
