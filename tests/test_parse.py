@@ -174,3 +174,152 @@ def test_a_whole_line_without_some_fields_is_still_a_record():
     text = "ETL: 2 ms; iteration 10; score: 0.5;\niteration 11; iteration time: 3 ms;\n"
     log = trainperf.parse_log(io.StringIO(text))
     assert log.column("iteration") == [10.0, 11.0] and log.truncated == 0
+
+
+# --- which reader, the parsed log's defaults, and the frame path's conversions ----------------------
+
+_LINE = "INFO trainperf - ETL: 2 ms; iteration {}; iteration time: 4 ms; samples/sec: 100; batches/sec: 5;\n"
+
+
+def _log_of(size: int) -> bytes:
+    """Listener lines and one filler line, ``size`` bytes in all, every line whole."""
+    line = _LINE.format(7).encode()
+    n = size // len(line) - 1
+    filler = size - n * len(line)
+    return line * n + b"#" * (filler - 1) + b"\n"
+
+
+@pytest.mark.parametrize("as_path", [True, False], ids=["path", "file object"])
+def test_a_log_of_one_mebibyte_is_read_in_bulk_and_one_byte_less_line_by_line(tmp_path, as_path):
+    for size, bulk in ((1_048_576, True), (1_048_575, False)):
+        data = _log_of(size)
+        assert len(data) == size
+        path = tmp_path / f"{size}.log"
+        path.write_bytes(data)
+        log = trainperf.parse_log(path if as_path else io.BytesIO(data))
+        assert (log._frame is not None) is bulk
+        assert len(log) == size // len(_LINE.format(7)) - 1 and log.skipped == 1 and log.truncated == 0
+
+
+def test_a_small_log_is_read_line_by_line():
+    log = trainperf.parse_log(io.StringIO(_LINE.format(3) * 30))
+    assert log._frame is None and log.column("iteration") == [3.0] * 30
+
+
+def test_an_empty_parsed_log_has_nothing_skipped_nor_truncated_and_keyword_only_counts():
+    log = trainperf.ParsedLog()
+    assert (len(log), log.skipped, log.truncated, log.columns) == (0, 0, 0, ["iteration"])
+    with pytest.raises(TypeError):
+        trainperf.ParsedLog(None, None)  # type: ignore[misc]
+
+
+def test_the_warmup_column_of_a_frame_is_true_and_false_under_any_spelling_of_its_name():
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"iteration": [1, 2, 3], "warmup": [True, False, False]})
+    log = trainperf.ParsedLog(frame=frame)
+    name = "".join(["warm", "up"])  # a name built at run time is not the interned literal
+    assert log.column(name) == [True, False, False]
+    assert log.column("warmup") == [True, False, False]
+
+
+def test_to_pandas_counts_a_new_run_each_time_the_iteration_goes_back():
+    lines = [_LINE.format(i) for i in (10, 20, 30, 10, 20, 20, 5)]
+    frame = trainperf.parse_log(lines).to_pandas()
+    assert frame["run"].tolist() == [0, 0, 0, 1, 1, 2, 3]
+
+
+def test_a_whole_number_beyond_int64_stays_a_float_and_one_below_becomes_an_int():
+    big = trainperf.parse_log([_LINE.format(10**19)]).to_pandas()
+    assert str(big["iteration"].dtype) == "float64" and big["iteration"].tolist() == [1e19]
+    small = trainperf.parse_log([_LINE.format(2**62)]).to_pandas()
+    assert str(small["iteration"].dtype) == "int64" and small["iteration"].tolist() == [2**62]
+
+
+def test_a_directory_given_as_the_log_is_refused_naming_it(tmp_path):
+    with pytest.raises(OSError, match=r"cannot read log .*" + tmp_path.name):
+        trainperf.parse_log(tmp_path)
+
+
+def test_a_path_whose_last_line_is_whole_has_nothing_truncated(tmp_path):
+    path = tmp_path / "run.log"
+    path.write_text(_LINE.format(1) + _LINE.format(2))
+    log = trainperf.parse_log(path)
+    assert log.column("iteration") == [1.0, 2.0] and log.truncated == 0
+
+
+def test_a_file_object_whose_last_line_is_cut_has_it_truncated():
+    log = trainperf.parse_log(io.BytesIO((_LINE.format(1) + _LINE.format(2)[:40]).encode()))
+    assert log.column("iteration") == [1.0] and log.truncated == 1
+    whole = trainperf.parse_log(io.BytesIO((_LINE.format(1)).encode()))
+    assert whole.column("iteration") == [1.0] and whole.truncated == 0
+
+
+def test_pandas_copies_on_write_from_version_3_or_when_switched_on():
+    from types import SimpleNamespace
+
+    from trainperf._logs._parse import _copies_on_write
+
+    def pandas(version: str, cow: object) -> object:
+        return SimpleNamespace(__version__=version, options=SimpleNamespace(mode=SimpleNamespace(copy_on_write=cow)))
+
+    assert _copies_on_write(pandas("3.0.0", False)) is True
+    assert _copies_on_write(pandas("4.1.0", False)) is True
+    assert _copies_on_write(pandas("2.2.3", False)) is False
+    assert _copies_on_write(pandas("2.2.3", "warn")) is False
+    assert _copies_on_write(pandas("2.2.3", True)) is True
+    old = SimpleNamespace(__version__="1.5.3", options=SimpleNamespace(mode=SimpleNamespace()))
+    assert _copies_on_write(old) is False
+
+
+def test_each_collectors_ms_follows_its_count_in_the_order_the_log_names_them():
+    log = trainperf.parse_log(["ETL: 3 ms; iteration 2; GC: [b: 1 (2ms)], [a: 3 (4ms)];"])
+    assert log.columns == ["iteration", "etl_ms", "gc.b.count", "gc.b.ms", "gc.a.count", "gc.a.ms"]
+
+
+def test_json_and_text_lines_together_name_their_columns_in_the_order_each_line_gives_them():
+    json_line = '{"iteration": 3, "gamma_ms": 4.0, "gc": {"c": {"count": 1, "ms": 2}, "a": {"count": 1, "ms": 2}}}'
+    text_line = "ETL: 3 ms; iteration 4; GC: [b: 1 (2ms)], [a: 3 (4ms)];"
+    assert trainperf.parse_log([text_line, json_line]).columns == [
+        "iteration", "etl_ms", "gc.b.count", "gc.b.ms", "gc.a.count", "gc.a.ms", "gamma_ms", "gc.c.count", "gc.c.ms"]
+    assert trainperf.parse_log([json_line, text_line]).columns == [
+        "iteration", "etl_ms", "gamma_ms", "gc.c.count", "gc.c.ms", "gc.a.count", "gc.a.ms", "gc.b.count", "gc.b.ms"]
+
+
+def test_columns_named_like_a_collectors_count_and_ms_outside_gc_keep_their_own_places():
+    lines = ['{"iteration": 1, "wait.count": 2, "beta_ms": 1.0}', '{"iteration": 2, "wait.ms": 4.0}']
+    assert trainperf.parse_log(lines).columns == ["iteration", "wait.count", "beta_ms", "wait.ms"]
+
+
+def test_lines_given_as_a_list_are_whole_and_nothing_is_truncated():
+    log = trainperf.parse_log([_LINE.format(1).rstrip("\n"), _LINE.format(2)])
+    assert log.column("iteration") == [1.0, 2.0] and (log.skipped, log.truncated) == (0, 0)
+
+
+def test_a_large_file_is_streamed_not_read_whole(tmp_path, monkeypatch):
+    path = tmp_path / "big.log"
+    path.write_bytes(_log_of(1_048_576))
+
+    def refuse(self):
+        raise AssertionError("a large log was read whole")
+
+    monkeypatch.setattr(type(path), "read_bytes", refuse)
+    log = trainperf.parse_log(path)
+    assert log._frame is not None and len(log) == 1_048_576 // len(_LINE.format(7)) - 1
+
+
+def test_a_streamed_file_cut_into_small_blocks_keeps_lines_across_them_whole(tmp_path, monkeypatch):
+    """Blocks of 64 bytes: lines cross blocks, one line is longer than a block, a crash cut one line
+    before a restart wrote more, and the last is cut."""
+    from trainperf._logs import _bulk, _parse
+
+    monkeypatch.setattr(_parse, "BULK_MIN_BYTES", 1)
+    monkeypatch.setattr(_bulk, "CHUNK_BYTES", 64)
+    lines = [_LINE.format(i) for i in (5, 6)] + ["x" * 150 + "\n", _LINE.format(20)[:55] + "\n"]
+    lines += [_LINE.format(i) for i in (7, 8)]
+    path = tmp_path / "blocks.log"
+    path.write_text("".join(lines) + _LINE.format(9)[:30])
+    log = trainperf.parse_log(path)
+    assert log._frame is not None
+    assert log.column("iteration") == [5.0, 6.0, 7.0, 8.0]
+    assert log.column("iteration_ms") == [4.0] * 4
+    assert (log.skipped, log.truncated) == (2, 2)  # a line cut and followed by another, and the last
