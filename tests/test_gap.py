@@ -138,3 +138,95 @@ def test_a_list_of_batches_has_no_data_wait_and_a_profiler_is_left_alone():
         assert gap.close() is None and sys.getprofile() is profiler
     finally:
         sys.setprofile(None)
+
+
+def _chain(depth: int):
+    """``depth`` nested functions, each with its own code; the innermost returns its frame's list of
+    codes from itself outwards, and the splitter that learned the loop from it."""
+    namespace: dict = {"sys": sys, "GapSplitter": GapSplitter}
+    source = ["def f0(codes):\n    gap = GapSplitter(lambda: 0.0)\n    gap.learn_loop(sys._getframe(0))\n"
+              "    frame = sys._getframe(0)\n    while frame is not None:\n        codes.append(frame.f_code)\n"
+              "        frame = frame.f_back\n    return gap\n"]
+    source += [f"def f{i}(codes):\n    return f{i - 1}(codes)\n" for i in range(1, depth)]
+    exec("".join(source), namespace)  # noqa: S102 - distinct code objects, one per depth
+    codes: list = []
+    gap = namespace[f"f{depth - 1}"](codes)
+    return gap, codes
+
+
+def test_the_loop_is_looked_for_in_the_eight_nearest_frames_outside_the_library():
+    gap, codes = _chain(12)
+    assert gap.loop_codes == frozenset(codes[:8])
+
+
+def _timed_loop(source, clock: Clock, gap: GapSplitter, iterations: int, before_forward_s: float = 0.004):
+    """A loop that does host work between receiving its batch and the forward (moving the batch), and
+    after the step through a callable object, and by unpacking a generator expression."""
+    class Metric:
+        def __call__(self, seconds: float) -> None:
+            clock.work(seconds)
+
+    metric = Metric()
+    timed = []
+    for _batch in source:
+        clock.work(before_forward_s)  # the batch moved to the device: host time, not data wait
+        timed.append(gap.close())
+        if not gap.loop_codes:
+            gap.learn_loop(sys._getframe(0))
+        gap.open()
+        metric(0.003)
+        first, second = (clock.work(0.001) or k for k in range(2))
+        if len(timed) == iterations:
+            break
+    gap.close()
+    return timed
+
+
+def test_a_generator_that_spends_its_time_in_python_calls_is_the_data_wait_and_nothing_else():
+    clock = Clock()
+
+    def batches():
+        while True:
+            clock.work(0.02)  # a Python call, no C call before it
+            yield 1
+
+    timed = _timed_loop(batches(), clock, GapSplitter(clock), iterations=5)
+    assert timed[0] is None and timed[1:] == [pytest.approx(0.02)] * 4
+
+
+def test_a_loop_over_a_generator_expression_times_the_expression():
+    clock = Clock()
+    timed = _timed_loop((clock.work(0.015) or i for i in range(10)), clock, GapSplitter(clock), iterations=5)
+    assert timed[1:] == [pytest.approx(0.015)] * 4
+
+
+def test_a_splitter_that_has_not_learned_the_loop_times_nothing():
+    clock = Clock()
+    gap = GapSplitter(clock)
+    gap.open()
+    clock.work(0.01)
+    assert gap.close() is None and sys.getprofile() is None
+
+
+def test_a_forward_inside_the_iterable_counts_the_iterables_time_however_long_it_grows():
+    clock = Clock()
+    gap = GapSplitter(clock)
+    got = []
+    work = iter([0.02, 0.5, 5.0, 40.0])
+
+    def loop_body():
+        def batches():
+            for seconds in work:
+                clock.work(seconds)
+                got.append(gap.close())
+                yield 1
+
+        for _ in batches():
+            if not gap.loop_codes:
+                gap.learn_loop(sys._getframe(0))
+            gap.open()
+            clock.work(0.01)
+
+    loop_body()
+    gap.close()
+    assert got[1:] == [pytest.approx(0.5), pytest.approx(5.0), pytest.approx(40.0)]
