@@ -215,17 +215,20 @@ def test_an_empty_parsed_log_has_nothing_skipped_nor_truncated_and_keyword_only_
 
 def test_the_warmup_column_of_a_frame_is_true_and_false_under_any_spelling_of_its_name():
     pd = pytest.importorskip("pandas")
-    frame = pd.DataFrame({"iteration": [1, 2, 3], "warmup": [True, False, False]})
+    frame = pd.DataFrame({"iteration": [1, 2, 3], "warmup": [True, False, False], "window_s": [0.5, 0.25, 2.0],
+                          "verdict": ["fine", "input-bound", ""]})
     log = trainperf.ParsedLog(frame=frame)
     name = "".join(["warm", "up"])  # a name built at run time is not the interned literal
     assert log.column(name) == [True, False, False]
     assert log.column("warmup") == [True, False, False]
+    assert log.column("".join(["ver", "dict"])) == ["fine", "input-bound", None]
+    assert log.column("window_s") == [0.5, 0.25, 2.0]
 
 
 def test_to_pandas_counts_a_new_run_each_time_the_iteration_goes_back():
-    lines = [_LINE.format(i) for i in (10, 20, 30, 10, 20, 20, 5)]
+    lines = [_LINE.format(i) for i in (10, 20, 30, 10, 20, 20, 5, 6, 7)]
     frame = trainperf.parse_log(lines).to_pandas()
-    assert frame["run"].tolist() == [0, 0, 0, 1, 1, 2, 3]
+    assert frame["run"].tolist() == [0, 0, 0, 1, 1, 2, 3, 3, 3]
 
 
 def test_a_whole_number_beyond_int64_stays_a_float_and_one_below_becomes_an_int():
@@ -236,7 +239,7 @@ def test_a_whole_number_beyond_int64_stays_a_float_and_one_below_becomes_an_int(
 
 
 def test_a_directory_given_as_the_log_is_refused_naming_it(tmp_path):
-    with pytest.raises(OSError, match=r"cannot read log .*" + tmp_path.name):
+    with pytest.raises(OSError, match=r"^cannot read log '.*" + tmp_path.name + "': Is a directory$"):
         trainperf.parse_log(tmp_path)
 
 
@@ -274,6 +277,8 @@ def test_pandas_copies_on_write_from_version_3_or_when_switched_on():
 def test_each_collectors_ms_follows_its_count_in_the_order_the_log_names_them():
     log = trainperf.parse_log(["ETL: 3 ms; iteration 2; GC: [b: 1 (2ms)], [a: 3 (4ms)];"])
     assert log.columns == ["iteration", "etl_ms", "gc.b.count", "gc.b.ms", "gc.a.count", "gc.a.ms"]
+    log = trainperf.parse_log(["ETL: 3 ms; iteration 2; GC: [young: 1 (2ms)], [old: 3 (4ms)];"])
+    assert log.columns == ["iteration", "etl_ms", "gc.young.count", "gc.young.ms", "gc.old.count", "gc.old.ms"]
 
 
 def test_json_and_text_lines_together_name_their_columns_in_the_order_each_line_gives_them():
@@ -285,9 +290,85 @@ def test_json_and_text_lines_together_name_their_columns_in_the_order_each_line_
         "iteration", "etl_ms", "gamma_ms", "gc.c.count", "gc.c.ms", "gc.a.count", "gc.a.ms", "gc.b.count", "gc.b.ms"]
 
 
-def test_columns_named_like_a_collectors_count_and_ms_outside_gc_keep_their_own_places():
-    lines = ['{"iteration": 1, "wait.count": 2, "beta_ms": 1.0}', '{"iteration": 2, "wait.ms": 4.0}']
-    assert trainperf.parse_log(lines).columns == ["iteration", "wait.count", "beta_ms", "wait.ms"]
+@pytest.mark.parametrize("bulk", [False, True], ids=["line by line", "in bulk"])
+def test_columns_named_like_a_collectors_count_and_ms_outside_gc_keep_their_own_places(bulk, monkeypatch):
+    if bulk:
+        monkeypatch.setattr(trainperf._logs._parse, "BULK_MIN_BYTES", 1)
+    lines = '{"iteration": 1, "wait.count": 2, "beta_ms": 1.0}\n{"iteration": 2, "wait.ms": 4.0}\n'
+    log = trainperf.parse_log(io.StringIO(lines))
+    assert (log._frame is not None) is bulk
+    assert log.columns == ["iteration", "wait.count", "beta_ms", "wait.ms"]
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["line by line", "in bulk"])
+def test_a_collectors_ms_is_a_column_wherever_its_count_is_and_follows_it(bulk, monkeypatch):
+    if bulk:
+        monkeypatch.setattr(trainperf._logs._parse, "BULK_MIN_BYTES", 1)
+    counted = '{"iteration": 1, "gc": {"x": {"count": 2}}}\n{"iteration": 2, "gc": {"y": {"ms": 3.0}}}\n'
+    log = trainperf.parse_log(io.StringIO(counted))
+    assert log.columns == ["iteration", "gc.x.count", "gc.x.ms", "gc.y.ms"]
+    assert log.column("gc.x.ms") == [None, None] and log.column("gc.y.ms") == [None, 3.0]
+    late = '{"iteration": 1, "gc": {"x": {"ms": 2.0}}}\n{"iteration": 2, "gc": {"x": {"count": 1, "ms": 1.0}}}\n'
+    assert trainperf.parse_log(io.StringIO(late)).columns == ["iteration", "gc.x.count", "gc.x.ms"]
+
+
+def test_collectors_first_named_by_a_later_text_line_take_that_lines_order():
+    lines = ["ETL: 3 ms; iteration 4;", "ETL: 3 ms; iteration 5; GC: [young: 1 (2ms)], [old: 3 (4ms)];",
+             '{"iteration": 6, "gc": {"old": {"count": 1, "ms": 2}, "young": {"count": 1, "ms": 2}}}']
+    assert trainperf.parse_log(lines).columns == [
+        "iteration", "etl_ms", "gc.young.count", "gc.young.ms", "gc.old.count", "gc.old.ms"]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_parsing_leaves_the_cyclic_collector_as_it_found_it(enabled):
+    import gc
+
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        trainperf.parse_log([_LINE.format(1)])
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_without_pandas_a_large_log_is_read_line_by_line_and_to_pandas_says_what_to_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    log = trainperf.parse_log(io.BytesIO(_log_of(1_048_576)))
+    assert log._frame is None and len(log) == 1_048_576 // len(_LINE.format(7)) - 1
+    with pytest.raises(ImportError, match=r"pip install 'trainperf\[pandas\]'"):
+        log.to_pandas()
+
+
+def test_a_file_that_fails_while_streamed_is_named(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    path = tmp_path / "big.log"
+    path.write_bytes(_log_of(1_048_576))
+
+    def broken(self, *args, **kwargs):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(Path, "open", broken)
+    with pytest.raises(OSError, match=r"^cannot read log '.*big.log': Input/output error$"):
+        trainperf.parse_log(path)
+
+
+def test_a_line_longer_than_a_block_that_ends_with_the_next_block_is_read_whole(tmp_path, monkeypatch):
+    from trainperf._logs import _bulk, _parse
+
+    monkeypatch.setattr(_parse, "BULK_MIN_BYTES", 1)
+    monkeypatch.setattr(_bulk, "CHUNK_BYTES", 64)
+    line = _LINE.format(77)
+    long = "2026-11-22 02:22:02,771 " + "w" * (128 - len(line) - 25) + " " + line
+    assert len(long) == 128
+    path = tmp_path / "edge.log"
+    path.write_text("#" * 63 + "\n" + long + _LINE.format(78))  # the long line fills blocks 2 and 3 exactly
+    log = trainperf.parse_log(path)
+    assert log.column("iteration") == [77.0, 78.0] and (log.skipped, log.truncated) == (1, 0)
 
 
 def test_lines_given_as_a_list_are_whole_and_nothing_is_truncated():
@@ -295,16 +376,17 @@ def test_lines_given_as_a_list_are_whole_and_nothing_is_truncated():
     assert log.column("iteration") == [1.0, 2.0] and (log.skipped, log.truncated) == (0, 0)
 
 
-def test_a_large_file_is_streamed_not_read_whole(tmp_path, monkeypatch):
+@pytest.mark.parametrize("extra_lines", [0, 2])
+def test_a_file_of_a_mebibyte_or_more_is_streamed_not_read_whole(tmp_path, monkeypatch, extra_lines):
     path = tmp_path / "big.log"
-    path.write_bytes(_log_of(1_048_576))
+    path.write_bytes(_log_of(1_048_576 + extra_lines * len(_LINE.format(7))))
 
     def refuse(self):
         raise AssertionError("a large log was read whole")
 
     monkeypatch.setattr(type(path), "read_bytes", refuse)
     log = trainperf.parse_log(path)
-    assert log._frame is not None and len(log) == 1_048_576 // len(_LINE.format(7)) - 1
+    assert log._frame is not None and len(log) == 1_048_576 // len(_LINE.format(7)) - 1 + extra_lines
 
 
 def test_a_streamed_file_cut_into_small_blocks_keeps_lines_across_them_whole(tmp_path, monkeypatch):
