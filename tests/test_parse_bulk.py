@@ -311,3 +311,149 @@ def test_bulk_reads_hand_written_deeplearning4j_lines_to_hand_written_figures(bu
     frame = log.to_pandas()
     assert list(frame["gc.PS Scavenge.count"]) == [2, 5, 0] and list(frame["gc.PS Scavenge.ms"]) == [1.0, 3.0, 0.0]
     assert list(frame["gc.PS MarkSweep.count"]) == [2, 2, 3] and list(frame["gc.PS MarkSweep.ms"]) == [24.0, 0.0, 7.0]
+
+
+# --- the reader's paths: which shape a block is taken by, when a shape is learned and read ---------
+
+def _spy(monkeypatch, name: str) -> list[tuple[bytes, list[int]]]:
+    """Calls of ``_BulkReader.<name>`` as (shape, line numbers), in order."""
+    import numpy as np
+
+    calls: list[tuple[bytes, list[int]]] = []
+    original = getattr(_parse_bulk._BulkReader, name)
+
+    def spy(self, shape, rows, *args):
+        calls.append((shape, np.asarray(rows).tolist()))
+        return original(self, shape, rows, *args)
+
+    monkeypatch.setattr(_parse_bulk._BulkReader, name, spy)
+    return calls
+
+
+def _reader():
+    import numpy as np
+
+    return _parse_bulk._BulkReader(pd, np)
+
+
+def _lines(*texts: str) -> bytes:
+    return "".join(t + "\n" for t in texts).encode()
+
+
+A = "ETL: {0} ms; iteration {0};"
+B = "iteration {0}; iteration time: {0} ms;"
+SHAPE_A, SHAPE_B = b"ETL:  ms; iteration ;", b"iteration ; iteration time:  ms;"
+
+
+def test_a_block_of_one_shape_is_taken_whole_under_that_shape(monkeypatch):
+    taken, split = _spy(monkeypatch, "_take"), _spy(monkeypatch, "_take_rows")
+    reader = _reader()
+    reader.add(_lines(*(A.format(i) for i in range(1, 6))))
+    reader.add(_lines(*(A.format(i) for i in range(6, 8))))
+    assert taken == [(SHAPE_A, [0, 1, 2, 3, 4]), (SHAPE_A, [5, 6])] and split == [] and reader.lines == 7
+
+
+@pytest.mark.parametrize("order, calls", [
+    ("BABAABAB", [(SHAPE_A, [1, 3, 4, 6]), (SHAPE_B, [0, 2, 5, 7])]),  # a tie: the middle line's shape first
+    ("AAABAAA", [(SHAPE_A, [0, 1, 2, 4, 5, 6]), (SHAPE_B, [3])]),  # the middle is rare: the most common first
+    ("AB", [(SHAPE_B, [1]), (SHAPE_A, [0])]),
+])
+def test_a_mixed_block_is_taken_by_its_common_shape_first_then_by_each_other_shape(monkeypatch, order, calls):
+    split = _spy(monkeypatch, "_take_rows")
+    reader = _reader()
+    reader.add(_lines(*((A if c == "A" else B).format(i + 1) for i, c in enumerate(order))))
+    assert split == calls
+
+
+def test_cut_lines_are_counted_in_a_mixed_block_whose_common_shape_is_them():
+    reader = _reader()
+    reader.add(_lines("ETL: 1 ms; iteration 1", "ETL: 2 ms; iteration 2", B.format(3)))
+    assert reader.cut == 2
+
+
+def test_a_shape_is_learned_with_its_128th_line_across_blocks_of_one_line(monkeypatch):
+    monkeypatch.setattr(_parse, "BULK_MIN_BYTES", 0)
+    line = "ETL: 5 ms; iteration {}; iteration time: 7 ms;"
+    monkeypatch.setattr(_parse_bulk, "CHUNK_BYTES", len(line.format(1000)) + 1)  # a block per line
+    read_in_bulk = count_bulk_rows(monkeypatch)
+    log = trainperf.parse_log([line.format(i) for i in range(1000, 1300)])
+    assert sum(read_in_bulk) == 300 - 127 and log.column("iteration") == [float(i) for i in range(1000, 1300)]
+
+
+def test_one_shape_over_many_blocks_is_read_at_once_and_exactly(monkeypatch):
+    monkeypatch.setattr(_parse, "BULK_MIN_BYTES", 0)
+    monkeypatch.setattr(_parse_bulk, "MIN_LINES", 2)
+    line = "ETL: {0} ms; iteration {1}; iteration time: 7 ms;"
+    monkeypatch.setattr(_parse_bulk, "CHUNK_BYTES", 1000)
+    reads: list[tuple[str, int]] = []
+    read = Layout.read
+
+    def counting(self, block, count, pandas):
+        reads.append((type(block).__name__, count))
+        return read(self, block, count, pandas)
+
+    monkeypatch.setattr(Layout, "read", counting)
+    log = trainperf.parse_log([line.format(i % 10, i) for i in range(400)])
+    assert reads == [("list", 400)]
+    assert log.column("iteration") == [float(i) for i in range(400)]
+    assert log.column("etl_ms") == [float(i % 10) for i in range(400)]
+
+
+def test_a_piece_that_does_not_fit_its_layout_goes_to_the_line_patterns_alone(monkeypatch):
+    monkeypatch.setattr(_parse, "BULK_MIN_BYTES", 0)
+    monkeypatch.setattr(_parse_bulk, "MIN_LINES", 2)
+    lines = [f"ETL: {i % 10} ms; iteration {1000 + i}; iteration time: 7 ms;" for i in range(100)]
+    monkeypatch.setattr(_parse_bulk, "CHUNK_BYTES", 50 * (len(lines[0]) + 1))  # two blocks of 50 lines
+    lines[70] = "ETL: . ms; iteration 1070; iteration time: 7 ms;"  # same shape, no number
+    reads: list[int | None] = []
+    read = Layout.read
+
+    def counting(self, block, count, pandas):
+        frame = read(self, block, count, pandas)
+        reads.append(None if frame is None else len(frame))
+        return frame
+
+    monkeypatch.setattr(Layout, "read", counting)
+    log = trainperf.parse_log(lines)
+    assert reads == [None, 50, None]  # both blocks at once, then each: the second goes to the line patterns
+    assert log.column("iteration") == [1000.0 + i for i in range(100)]
+    assert log.column("etl_ms")[70] is None and log.column("etl_ms")[71] == 1.0
+    reads.clear()
+    trainperf.parse_log(lines[50:])  # one block only: not read twice
+    assert reads == [None]
+
+
+@pytest.mark.parametrize("shape_bytes, learned", [(4096, True), (4097, False)])
+def test_a_shape_of_at_most_4096_bytes_is_learned(monkeypatch, shape_bytes, learned):
+    monkeypatch.setattr(_parse, "BULK_MIN_BYTES", 0)
+    monkeypatch.setattr(_parse_bulk, "MIN_LINES", 2)
+    body = "ETL: {} ms; iteration {};"
+    prefix = "w" * (shape_bytes - len(body.replace("{}", "")) - 1) + " "
+    lines = [prefix + body.format(i % 10, i) for i in range(10)]
+    assert len(lines[0].encode().translate(None, b"0123456789.")) == shape_bytes
+    read_in_bulk = count_bulk_rows(monkeypatch)
+    log = trainperf.parse_log(lines)
+    assert (sum(read_in_bulk) == 10) is learned and log.column("iteration") == [float(i) for i in range(10)]
+
+
+def test_two_shapes_taking_turns_line_by_line_come_out_in_line_order(bulk):
+    lines = [A.format(1), B.format(2), A.format(3), B.format(4)]
+    log = trainperf.parse_log(lines)
+    assert log.column("iteration") == [1.0, 2.0, 3.0, 4.0]
+    assert log.column("etl_ms") == [1.0, None, 3.0, None]
+    assert log.column("iteration_ms") == [None, 2.0, None, 4.0]
+
+
+def test_a_cut_last_line_of_a_file_object_read_in_bulk_is_truncated_not_read(bulk):
+    import io
+
+    log = trainperf.parse_log(io.BytesIO(_lines(*(A.format(i) for i in range(1, 5))) + b"ETL: 9 ms; itera"))
+    assert log._frame is not None and log.column("iteration") == [1.0, 2.0, 3.0, 4.0] and log.truncated == 1
+
+
+def test_long_collector_names_read_in_bulk_keep_each_ms_after_its_count(bulk):
+    lines = [f"ETL: 1 ms; iteration {i}; GC: [young: {i} (2ms)], [old: 3 ({i}ms)];" for i in range(1, 5)]
+    log = trainperf.parse_log(lines)
+    assert log._frame is not None
+    assert log.columns == ["iteration", "etl_ms", "gc.young.count", "gc.young.ms", "gc.old.count", "gc.old.ms"]
+    assert log.column("gc.old.ms") == [1.0, 2.0, 3.0, 4.0]
