@@ -457,3 +457,59 @@ def test_long_collector_names_read_in_bulk_keep_each_ms_after_its_count(bulk):
     assert log._frame is not None
     assert log.columns == ["iteration", "etl_ms", "gc.young.count", "gc.young.ms", "gc.old.count", "gc.old.ms"]
     assert log.column("gc.old.ms") == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_lines_are_counted_as_whole_numbers(bulk):
+    reader = _reader()
+    reader.add(_lines(*(A.format(i) for i in range(1, 4))))
+    assert type(reader.lines) is int
+    log = trainperf.parse_log([A.format(i) for i in range(1, 4)] + ["not a listener line"])
+    assert type(log.skipped) is int and log.skipped == 1
+
+
+def test_listener_lines_in_a_block_mostly_of_other_lines_are_read(bulk):
+    lines = ["loading the data", "loading the data", "loading the data", A.format(5), A.format(6)]
+    log = trainperf.parse_log(lines)
+    assert log.column("iteration") == [5.0, 6.0] and log.skipped == 3
+
+
+@pytest.mark.parametrize("at", [0, -1], ids=["first", "last"])
+def test_an_odd_line_of_a_shape_first_or_last_costs_no_line_its_fields(at):
+    from _parse_paths import assert_agree, both_paths
+
+    lines = _plain_lines(300)
+    lines[at] = lines[at].replace(" p95: ", " p9: ")
+    by_line, in_bulk = both_paths("\n".join(lines) + "\n")
+    assert_agree(by_line, in_bulk)
+    assert in_bulk.to_pandas()["iteration_p95_ms"].notna().sum() == 299
+
+
+def test_at_most_ten_thousand_rare_shapes_are_counted():
+    reader = _reader()
+    reader.counted = {str(i).encode(): 1 for i in range(_parse_bulk.MAX_COUNTED_SHAPES - 1)}
+    reader._layout(b"new shape iteration", 1, b"new shape iteration 1\n")
+    assert reader.counted[b"new shape iteration"] == 1
+    reader._layout(b"newer shape iteration", 1, b"newer shape iteration 1\n")
+    assert b"newer shape iteration" not in reader.counted
+    reader._layout(b"new shape iteration", 1, b"new shape iteration 2\n")
+    assert reader.counted[b"new shape iteration"] == 2  # a shape already counted still is
+
+
+def test_extra_columns_of_layouts_read_apart_take_the_order_of_their_first_lines(bulk):
+    zeta, alpha = '{{"iteration": {}, "zeta_ms": 1.5}}', '{{"iteration":{},"alpha_ms":2.5}}'
+    lines = [zeta.format(1), alpha.format(2), alpha.format(3), zeta.format(4)]
+    read_in_bulk = count_bulk_rows(monkeypatch := pytest.MonkeyPatch())
+    try:
+        log = trainperf.parse_log(lines)
+    finally:
+        monkeypatch.undo()
+    assert sorted(read_in_bulk) == [2, 2]
+    assert log.columns == ["iteration", "zeta_ms", "alpha_ms"]
+
+
+def test_a_column_a_layout_writes_before_the_line_patterns_do_takes_the_layouts_place(bulk):
+    lines = ['{"iteration": 0, "odd_ms": 1}', '{"iteration":1,"alpha_ms":2.5}', '{"iteration":2,"alpha_ms":3.5}',
+             '{"iteration": 3, "beta_ms": 2, "alpha_ms": 1, "zzz_ms": 4}']
+    log = trainperf.parse_log(lines)
+    assert log.columns == ["iteration", "odd_ms", "alpha_ms", "beta_ms", "zzz_ms"]
+    assert log.column("alpha_ms") == [None, 2.5, 3.5, 1.0]
