@@ -364,3 +364,235 @@ def test_a_model_and_listener_dropped_without_close_are_freed_with_their_global_
     assert live_step_hooks() == hooks_before + 1
     second.close()
     assert live_step_hooks() == hooks_before
+
+
+# --- the data-wait / compute / other split of attach, on a fake clock, in loop shapes the rest miss ---
+
+from conftest import FakeClock  # noqa: E402
+
+from clocked import BATCH, ClockedData, CostlyNet  # noqa: E402
+from trainperf.torch._gap import GapSplitter  # noqa: E402
+
+
+def clocked_listener(clock, frequency=1, **kw):
+    return PerformanceListener(frequency, sinks=[], sink_thread=False, verdict=False, clock=clock, history=None, **kw)
+
+
+def sgd_step(model, opt, *inputs):
+    opt.zero_grad()
+    sum(model(x).sum() for x in inputs).backward()
+    opt.step()
+
+
+class Sub(torch.Tensor):
+    """A tensor subclass, as some libraries hand to models."""
+
+
+def test_repeated_forwards_on_a_tensor_subclass_count_its_batch_once():
+    model = Net()
+    lst = listener(1)
+    handle = attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4).as_subclass(Sub), torch.randn(5, 4).as_subclass(Sub)
+    sgd_step(model, opt, x, x, y, y, x)
+    sgd_step(model, opt, y)
+    handle.detach()
+    assert [(r.samples, r.batches) for r in lst.history] == [(13, 2), (5, 1)]
+
+
+def test_a_later_input_seen_again_in_the_step_counts_once():
+    model = Net()
+    lst = listener(1)
+    handle = attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4), torch.randn(5, 4)
+    sgd_step(model, opt, x, y, y)
+    handle.detach()
+    assert [(r.samples, r.batches) for r in lst.history] == [(13, 2)]
+
+
+def test_a_scaler_update_before_any_forward_is_no_iteration():
+    lst = listener(1)
+    handle = attach(Net(), lst)
+    handle.on_scaler_update()
+    assert lst.iteration == 0
+    handle.detach()
+
+
+def test_optimizer_steps_without_a_forward_are_iterations_of_one_batch_and_their_gaps_are_data_wait():
+    clock = FakeClock(0.0)
+    model = Net()
+    lst = clocked_listener(clock)
+    handle = attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        clock.advance(0.004)
+        opt.step()
+    handle.detach()
+    records = lst.history
+    assert [r.iteration for r in records] == [1, 2, 3]
+    assert [r.batches for r in records] == [1, 1, 1] and all(r.samples is None for r in records)
+    assert [r.iteration_ms for r in records[1:]] == [pytest.approx(4.0)] * 2
+
+
+def test_a_loop_over_a_list_has_its_gaps_as_data_wait_in_every_window():
+    clock = FakeClock(0.0)
+    model = CostlyNet(clock, 0.003)
+    lst = clocked_listener(clock, 2)
+    handle = attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [(torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long))] * 8
+    for x, y in batches:
+        clock.advance(0.002)  # the gap before the forward: a data wait as far as anyone can tell
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    handle.detach()
+    for r in lst.history[1:]:
+        assert (r.etl_ms, r.compute_ms, r.other_ms) == (pytest.approx(2.0), pytest.approx(3.0), pytest.approx(0.0))
+        assert r.etl_source == "gap"
+
+
+def test_the_first_iteration_counts_the_first_fetch():
+    clock = FakeClock(0.0)
+    model = CostlyNet(clock, 0.005)
+    lst = clocked_listener(clock)
+    handle = attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in torch.utils.data.DataLoader(ClockedData(clock, 0.010, 3), batch_size=None):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    handle.detach()
+    assert [r.iteration_ms for r in lst.history] == [pytest.approx(15.0)] * 3
+    assert [r.etl_ms for r in lst.history] == [pytest.approx(10.0)] * 3
+
+
+def test_an_epochs_start_at_a_small_clock_reading_is_data_wait_not_other_time():
+    clock = FakeClock(0.001)
+
+    class SlowStart(ClockedData):
+        def __iter__(self):  # an iterable dataset whose start costs 50 ms
+            clock.advance(0.050)
+            return (self[i] for i in range(self.n))
+
+    class Iterable(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return SlowStart(clock, 0.002, 3).__iter__()
+
+    model = CostlyNet(clock, 0.005)
+    lst = clocked_listener(clock, 3)
+    handle = attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(Iterable(), batch_size=None)
+    for _ in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    handle.detach()
+    first, second = lst.history
+    assert second.etl_ms == pytest.approx((50.0 + 3 * 2.0) / 3) and second.other_ms == pytest.approx(0.0)
+    assert second.iteration_ms == pytest.approx((50.0 + 3 * 7.0) / 3)
+
+
+@pytest.mark.parametrize("batch, samples", [
+    (lambda: 5, None),  # no size at all
+    (lambda: (torch.ones(8, 3), ["a"] * 8), 8),  # labels as a list of strings
+    (lambda: (torch.ones(8, 3), torch.ones(4)), None),  # rows that disagree
+    (lambda: (torch.ones(4, 8), torch.ones(8)), None),
+    (lambda: (torch.ones(8, 3), torch.ones(3, 8)), None),
+])
+def test_a_loader_batch_is_counted_by_its_rows_or_not_at_all(batch, samples):
+    model = torch.nn.Linear(4, 2)
+    lst = listener(1)
+    handle = attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader([batch() for _ in range(3)], batch_size=None, collate_fn=lambda b: b)
+    with pytest.warns(RuntimeWarning, match="batch size") if samples is None else _no_warning():
+        for _ in loader:
+            sgd_step(model, opt, torch.ones(2, 4))
+    handle.detach()
+    assert [r.samples for r in lst.history] == [samples] * 3 and [r.batches for r in lst.history] == [1] * 3
+
+
+def _no_warning():
+    import contextlib
+    import warnings
+
+    @contextlib.contextmanager
+    def none():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            yield
+
+    return none()
+
+
+def test_a_cpu_model_tells_the_listener_its_step_threads_and_no_collective_timing_starts():
+    model = Net()
+    lst = listener(1)
+    handle = attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sgd_step(model, opt, torch.ones(8, 4))
+    assert lst._step_threads == torch.get_num_threads()
+    assert handle._collective is None and handle._collective_pending is False
+    handle.detach()
+
+
+def test_a_detached_model_is_forgotten_by_the_other_listened_models():
+    models = [Net(), Net(), Net()]
+    handles = [attach(m, listener(1)) for m in models]
+    handles[2].detach()
+    for mine, theirs in ((handles[0], handles[1]), (handles[1], handles[0])):
+        peers = [p() for p in mine._peers]
+        assert theirs in peers and handles[2] not in peers and mine not in peers
+    for h in handles[:2]:
+        h.detach()
+
+
+def test_another_models_step_after_this_models_own_host_work_counts_only_its_own_time():
+    clock = FakeClock(0.0)
+    gen, disc = CostlyNet(clock, 0.004), CostlyNet(clock, 0.003)
+    lst = clocked_listener(clock, 1)
+    handle = attach(gen, lst)
+    g_opt, d_opt = torch.optim.SGD(gen.parameters(), lr=0.1), torch.optim.SGD(disc.parameters(), lr=0.1)
+    other = attach(disc, clocked_listener(clock, 1))
+    x, y = torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
+    for _ in range(4):
+        g_opt.zero_grad()
+        torch.nn.functional.cross_entropy(gen(x), y).backward()
+        g_opt.step()
+        clock.advance(0.010)  # the generator loop's own host work (logging)
+        d_opt.zero_grad()
+        torch.nn.functional.cross_entropy(disc(x), y).backward()
+        d_opt.step()  # 3 ms of the discriminator: compute of the generator's next iteration
+    other.detach()
+    handle.detach()
+    for r in lst.history[1:]:
+        assert (r.etl_ms, r.compute_ms) == (pytest.approx(10.0), pytest.approx(7.0))
+
+
+def test_a_distributed_generator_loop_splits_its_gap_into_the_iterables_time_and_host_work():
+    clock = FakeClock(0.0)
+    model = CostlyNet(clock, 0.005)
+    lst = clocked_listener(clock, 1)
+    handle = attach(model, lst)
+    handle._gap = GapSplitter(handle.clock)  # as a rank that joined the cluster has it
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def batches():
+        while True:
+            clock.advance(0.020)  # the generator's own time: data wait
+            yield torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
+
+    for i, (x, y) in enumerate(batches()):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        clock.advance(0.004)  # the loop's own host work after the step
+        if i == 4:
+            break
+    handle.detach()
+    for r in lst.history[1:]:
+        assert (r.etl_ms, r.other_ms, r.compute_ms) == (pytest.approx(20.0), pytest.approx(4.0), pytest.approx(5.0))
