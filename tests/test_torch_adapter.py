@@ -7,8 +7,11 @@ import pytest
 import torch
 from torch.optim import optimizer as optim_module
 
+from clocked import BATCH, ClockedData, CostlyNet
+from conftest import FakeClock
 from trainperf import PerformanceListener
 from trainperf.torch import ListenerModule, attach, batch_size, timed
+from trainperf.torch._gap import GapSplitter
 
 
 class Net(ListenerModule, torch.nn.Module):
@@ -367,11 +370,6 @@ def test_a_model_and_listener_dropped_without_close_are_freed_with_their_global_
 
 
 # --- the data-wait / compute / other split of attach, on a fake clock, in loop shapes the rest miss ---
-
-from conftest import FakeClock  # noqa: E402
-
-from clocked import BATCH, ClockedData, CostlyNet  # noqa: E402
-from trainperf.torch._gap import GapSplitter  # noqa: E402
 
 
 def clocked_listener(clock, frequency=1, **kw):
