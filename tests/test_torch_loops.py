@@ -345,3 +345,46 @@ def test_torch_compile_keeps_its_graph_and_the_figures(clock, order):
     for r in after_warmup(lst):
         assert close_to(r.etl_ms, 6.0) and close_to(r.iteration_ms, 10.0)
         assert r.samples == 5 * BATCH
+
+
+def test_a_head_stepped_after_its_backbone_is_compute_not_the_wait_for_the_next_batch(clock):
+    """No loader: the gap before the forward is the data wait, but the head's step that ends the
+    previous batch's work is not part of it (3 ms head step, 2 ms gap, 5 ms forward, 1 ms body step)."""
+    model = CostlyNet(clock, 0.005)
+    model.head = torch.nn.Linear(2, 2)
+    lst = listen(model, clock, frequency=2)
+    body_opt = CostlySGD(model.fc.parameters(), clock, 0.001)
+    head_opt = CostlySGD(model.head.parameters(), clock, 0.003)
+    x, y = torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
+    for _ in range(12):
+        clock.advance(0.002)
+        body_opt.zero_grad()
+        head_opt.zero_grad()
+        loss_of(model.head(model(x)), y).backward()
+        body_opt.step()
+        head_opt.step()
+    records = after_warmup(lst)
+    assert len(records) == 5
+    for r in records:
+        assert (r.etl_ms, r.compute_ms, r.other_ms) == (pytest.approx(2.0), pytest.approx(9.0), pytest.approx(0.0))
+        assert r.etl_source == "gap" and r.optimizer_steps == 4
+
+
+def test_host_work_after_a_late_head_step_is_other_time_with_a_loader(clock):
+    """With a loader: the head's step is compute, the logging after it the loop's other time."""
+    model = CostlyNet(clock, 0.005)
+    model.head = torch.nn.Linear(2, 2)
+    lst = listen(model, clock, frequency=2)
+    body_opt = CostlySGD(model.fc.parameters(), clock, 0.001)
+    head_opt = CostlySGD(model.head.parameters(), clock, 0.003)
+    for x, y in loader(clock, 0.004, n=12):
+        body_opt.zero_grad()
+        head_opt.zero_grad()
+        loss_of(model.head(model(x)), y).backward()
+        body_opt.step()
+        head_opt.step()
+        clock.advance(0.010)  # logging after both steps
+    records = after_warmup(lst)
+    assert len(records) == 5
+    for r in records:
+        assert (r.etl_ms, r.compute_ms, r.other_ms) == (pytest.approx(4.0), pytest.approx(9.0), pytest.approx(10.0))

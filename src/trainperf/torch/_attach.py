@@ -117,6 +117,8 @@ class Attachment:
         self._etl = 0.0
         self._idle_etl = 0.0  # loader time before the iteration's first sign: an epoch's end or start
         self._peer_busy = 0.0  # other listened models' steps before this iteration's first sign
+        self._late_busy = 0.0  # this model's optimizer steps after the iteration closed, before its first sign
+        self._late_end = 0.0  # where the last of them ended
         self._fetched = 0
         self._loader_samples: int | None = 0
         self._samples: int | None = 0
@@ -227,8 +229,13 @@ class Attachment:
             self._close(0)
         elif self._activity is None:
             # A second optimizer's step after the iteration closed, before anything else happened (a
-            # head stepped apart from its backbone): its time is the next iteration's compute.
-            self._activity = self._boundary
+            # head stepped apart from its backbone): its time is the next iteration's compute, neither
+            # the loop's other time nor the wait for the next batch that may follow it.
+            uc = self._uc
+            now = uc.raw() - uc.own.total - uc.offset.total  # self.clock(), inline
+            began = self._late_end if self._late_end > self._boundary else self._boundary
+            self._late_busy += now - began
+            self._late_end = now
 
     def on_scaler_update(self) -> None:
         """A ``GradScaler`` finished a step: one still open was skipped (inf/NaN gradients)."""
@@ -245,7 +252,8 @@ class Attachment:
         fetched = self._fetched
         if fetched:
             etl, started = self._etl, None
-            other = activity - self._boundary - self._idle_etl - self._peer_busy if activity is not None else 0.0
+            busy = self._peer_busy + self._late_busy
+            other = activity - self._boundary - self._idle_etl - busy if activity is not None else 0.0
             if other < 0.0:
                 other = 0.0
             samples, batches = self._loader_samples, fetched
@@ -253,8 +261,9 @@ class Attachment:
         else:  # no loader seen: the gap before the first forward is the data wait
             etl, other = self._etl, 0.0  # an epoch's start (iter(loader)) may have been timed
             started = self._first_forward if self._first_forward is not None else activity
-            if started is not None and self._peer_busy:  # another model's step is compute, not the gap
-                started -= self._peer_busy
+            busy = self._peer_busy + self._late_busy
+            if started is not None and busy:  # another model's or a late optimizer's step is compute, not the gap
+                started -= busy
             data = self._gap_data
             if data is not None and started is not None:  # the iterable was timed: the rest is host time
                 gap = max(0.0, started - self._boundary)
@@ -262,7 +271,7 @@ class Attachment:
                 other, started = gap - etl, None
             samples, batches = (self._samples, self._micro) if self._micro else (None, 1)
             self._etl = self._idle_etl = 0.0
-        self._peer_busy = 0.0
+        self._peer_busy = self._late_busy = 0.0
         steps = self._steps
         # reset for the next iteration (what the common path changed, without a method call)
         self._open = False
