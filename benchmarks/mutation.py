@@ -72,7 +72,8 @@ name = "local"
 
 
 def run_module(module: str, tests: tuple[str, ...], work: Path, keep: bool,
-               retest: bool = False, covering: bool = False) -> tuple[str, int, int, list[str], int, int]:
+               retest: bool = False, covering: bool = False,
+               tests_at: str | None = None) -> tuple[str, int, int, list[str], int, int]:
     """Mutate ``module`` in a worktree of its own; (module, run, killed, survivors, mutants). With ``keep``
     the worktree stays, and a session found there is resumed rather than started again."""
     tree = work / module.replace("/", "_")
@@ -87,7 +88,11 @@ def run_module(module: str, tests: tuple[str, ...], work: Path, keep: bool,
     try:
         for test in tests:  # tests not committed yet still run (arguments such as -k are not files)
             if test.startswith("tests/"):
-                shutil.copy(ROOT / test, tree / test)
+                if tests_at is None:
+                    shutil.copy(ROOT / test, tree / test)
+                else:  # the tests as they were at a commit: a session of an older module's source
+                    (tree / test).write_bytes(subprocess.run(["git", "-C", str(ROOT), "show", f"{tests_at}:{test}"],
+                                                             check=True, capture_output=True).stdout)
         config = tree / "cosmic-ray.toml"
         if covering:  # each mutant runs only the tests that execute the lines it changed
             command = f"{sys.executable} {Path(__file__).resolve()} --covering-run {module} {' '.join(tests)}"
@@ -248,6 +253,8 @@ def main() -> None:
                         "while it runs with --report; run again to resume)")
     parser.add_argument("--covering", action="store_true", help="run each mutant against only the tests that "
                         "execute the lines it changes (measured once with coverage per test): much faster")
+    parser.add_argument("--tests-at", metavar="REV", help="take the tests as they were at commit REV (to retest "
+                        "a kept session of the module's source before a later change)")
     parser.add_argument("--report", action="store_true", help="only print what the sessions under --keep hold")
     parser.add_argument("--retest", action="store_true", help="run the survivors of the sessions under --keep "
                         "again against the current tests (the module's source must not have changed)")
@@ -269,7 +276,7 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             results = list(pool.map(lambda m: run_module(m, MODULES[m], work, keep, args.retest,
-                                                                    args.covering), chosen))
+                                                                    args.covering, args.tests_at), chosen))
     for module, total, killed, survivors, specs, aside in results:
         share = 100.0 * killed / total if total else float("nan")
         pending = f" ({specs - total} of {specs} not run yet)" if specs > total else ""
