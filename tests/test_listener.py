@@ -360,3 +360,25 @@ def test_cpu_summary_says_what_free_data_would_gain(clock):
     summary = listener.summary()
     assert summary.speedup_if_data_free == pytest.approx(1 / 0.54)
     assert "data wait took 46% of the time: free data would make this run 1.85x faster" in str(summary)
+
+
+def test_start_at_an_earlier_reading_opens_the_first_window_there(clock):
+    lst = PerformanceListener(2, sinks=[], sink_thread=False, clock=clock, history=None, verdict=False)
+    began = clock()
+    clock.advance(0.030)  # a loader's first fetch, seen when it ended
+    lst.start(at=began)
+    clock.advance(0.010)
+    lst.record_iteration(samples=4)
+    clock.advance(0.010)
+    record = lst.record_iteration(samples=4)
+    assert record is not None and record.window_s == pytest.approx(0.050)
+    later = PerformanceListener(1, sinks=[], sink_thread=False, clock=clock, history=None, verdict=False)
+    later.start(at=clock() + 5.0)  # not in the future: the window opens now
+    clock.advance(0.010)
+    assert later.record_iteration(samples=4).window_s == pytest.approx(0.010)
+
+
+@pytest.mark.parametrize("at", ["0", True, float("nan"), float("inf")])
+def test_start_refuses_an_at_that_is_no_clock_reading_by_name(at):
+    with pytest.raises(TypeError, match="^at must be"):
+        PerformanceListener(1, sinks=[]).start(at=at)

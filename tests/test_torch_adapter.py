@@ -363,7 +363,8 @@ def test_a_model_and_listener_dropped_without_close_are_freed_with_their_global_
     opt.step()  # the orphaned hook does nothing
     second = PerformanceListener(10, sinks=[])
     attach(other, second)  # and is removed at the next attach
-    assert not any(getattr(h, "dead", False) for h in _global_optimizer_post_hooks.values())
+    # torch's table holds our hooks' closures; the one of the dropped attachment is gone from it
+    assert not any(getattr(h, "attachment", lambda: True)() is None for h in _global_optimizer_post_hooks.values())
     assert live_step_hooks() == hooks_before + 1
     second.close()
     assert live_step_hooks() == hooks_before
@@ -490,12 +491,15 @@ def test_an_epochs_start_at_a_small_clock_reading_is_data_wait_not_other_time():
             opt.step()
     handle.detach()
     first, second = lst.history
+    assert first.etl_ms == pytest.approx((50.0 + 3 * 2.0) / 3) and first.other_ms == pytest.approx(0.0)
+    assert first.iteration_ms == pytest.approx((50.0 + 3 * 7.0) / 3)
     assert second.etl_ms == pytest.approx((50.0 + 3 * 2.0) / 3) and second.other_ms == pytest.approx(0.0)
     assert second.iteration_ms == pytest.approx((50.0 + 3 * 7.0) / 3)
 
 
 @pytest.mark.parametrize("batch, samples", [
     (lambda: 5, None),  # no size at all
+    (lambda: torch.ones(8, 3), 8),  # one tensor: its rows
     (lambda: (torch.ones(8, 3), ["a"] * 8), 8),  # labels as a list of strings
     (lambda: (torch.ones(8, 3), torch.ones(4)), None),  # rows that disagree
     (lambda: (torch.ones(4, 8), torch.ones(8)), None),
@@ -594,3 +598,78 @@ def test_a_distributed_generator_loop_splits_its_gap_into_the_iterables_time_and
     handle.detach()
     for r in lst.history[1:]:
         assert (r.etl_ms, r.other_ms, r.compute_ms) == (pytest.approx(20.0), pytest.approx(4.0), pytest.approx(5.0))
+
+
+def test_a_forward_on_a_scalar_tensor_counts_no_samples_and_breaks_nothing():
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(1))
+
+        def forward(self, t):
+            return self.w * t
+
+    model = Scale()
+    lst = listener(1)
+    handle = attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.warns(RuntimeWarning, match="batch size"):
+        sgd_step(model, opt, torch.tensor(3.0))
+    handle.detach()
+    assert [(r.samples, r.batches) for r in lst.history] == [(None, 1)]
+
+
+def test_detach_is_idempotent_and_says_so():
+    handle = attach(Net(), listener(1))
+    assert handle.detached is False
+    handle.detach()
+    handle.detach()
+    assert handle.detached is True
+
+
+def test_an_optimizer_whose_step_calls_its_base_ends_the_iteration_after_its_own_work_and_leaves_no_hook():
+    clock = FakeClock(0.0)
+
+    class Lookahead(torch.optim.SGD):
+        def step(self, closure=None):
+            clock.advance(0.001)
+            out = super().step(closure)
+            clock.advance(0.002)  # its own work after the base step
+            return out
+
+    model = CostlyNet(clock, 0.005)
+    lst = clocked_listener(clock, 1)
+    handle = attach(model, lst)
+    opt = Lookahead(model.parameters(), lr=0.1)
+    x, y = torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
+    for _ in range(3):
+        clock.advance(0.004)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    handle.detach()
+    assert [r.optimizer_steps for r in lst.history] == [1, 1, 1]
+    for r in lst.history[1:]:
+        assert (r.etl_ms, r.compute_ms) == (pytest.approx(4.0), pytest.approx(8.0))
+    assert not opt._optimizer_step_pre_hooks
+
+
+@pytest.mark.parametrize("joined", [True, False])
+def test_a_rank_that_joins_its_cluster_times_collectives_and_its_iterable_and_one_that_does_not_neither(
+        monkeypatch, joined):
+    from trainperf.torch import _attach
+
+    calls = []
+    monkeypatch.setattr(_attach, "process_rank", lambda: 1)
+    monkeypatch.setattr(_attach, "join_cluster", lambda listener: joined)
+    monkeypatch.setattr(_attach, "time_collectives", lambda *args: calls.append(args))
+    model = Net()
+    lst = listener(1)
+    handle = attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        sgd_step(model, opt, torch.ones(8, 4))
+    assert lst.rank == 1
+    assert calls == ([(lst, model)] if joined else [])
+    assert (handle._gap is not None) is joined and handle._collective_pending is False
+    handle.detach()

@@ -337,15 +337,20 @@ class PerformanceListener:
         self._on_close.append(check_callable("callback", callback))
 
     # ------------------------------------------------------------------ hot path
-    def start(self) -> None:
-        """Begin timing now. Adapters call it when training starts; before that, time since
-        construction counts towards the first (warm-up) window."""
+    def start(self, at: float | None = None) -> None:
+        """Begin timing now, or at ``at`` (a reading of :attr:`clock` not later than now: an adapter
+        that sees training begin with a loader's first fetch starts the window where the fetch
+        began). Adapters call it when training starts; before that, time since construction counts
+        towards the first (warm-up) window."""
+        if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at)):
+            raise TypeError(f"at must be a finite reading of the listener's clock or None, got {at!r}")
         self._collections.restart()
         if self._owner is None:  # the thread that starts training is the one that trains
             self._move_ledger()
         with self._lock:
             self._emit_all(self._drain())
-        self._reset_window(self._clock(), first=self._count == 0)
+        now = self._clock()
+        self._reset_window(now if at is None or at > now else at, first=self._count == 0)
         if self._timeline is not None:
             self._timeline.start()
 

@@ -322,8 +322,8 @@ class Attachment:
         self.listener.set_etl_source("loader")
         if param is not None and param.device.type == "cpu":
             self.listener.set_step_threads(torch.get_num_threads())
-        self.listener.start()
         self._boundary = self.clock() if at is None else at
+        self.listener.start(self._boundary)  # the first fetch, when one began training, is in the first window
 
     def _owns(self, optimizer: torch.optim.Optimizer) -> bool:
         owned = self._owned.get(optimizer)
