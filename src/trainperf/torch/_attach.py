@@ -118,7 +118,7 @@ class Attachment:
         self._idle_etl = 0.0  # loader time before the iteration's first sign: an epoch's end or start
         self._peer_busy = 0.0  # other listened models' steps before this iteration's first sign
         self._late_busy = 0.0  # this model's optimizer steps after the iteration closed, before its first sign
-        self._late_end = 0.0  # where the last of them ended
+        self._late_end = -float("inf")  # where the last of them ended (any clock: readings may be negative)
         self._fetched = 0
         self._loader_samples: int | None = 0
         self._samples: int | None = 0
