@@ -250,6 +250,8 @@ class Attachment:
         now = uc.raw() - uc.own.total - uc.offset.total  # self.clock(), inline
         activity = self._activity
         fetched = self._fetched
+        # where this model's training began, as the other listened models see it: a late step's start
+        began = self._boundary if self._late_busy else activity
         if fetched:
             etl, started = self._etl, None
             busy = self._peer_busy + self._late_busy
@@ -284,7 +286,7 @@ class Attachment:
             self._collective.on_step(now)
         peers = self._peers
         if peers:  # other listened models' loops: this step is their loop's training work too
-            self._tell_peers(activity if activity is not None else now)
+            self._tell_peers(began if began is not None else now)
         self._gap_data = None
         self._record(now, samples, batches, etl, started, other, steps, skipped)
         if self._gap is not None and not fetched:  # no loader: time the iterable until the next forward
