@@ -500,6 +500,9 @@ def test_an_epochs_start_at_a_small_clock_reading_is_data_wait_not_other_time():
 @pytest.mark.parametrize("batch, samples", [
     (lambda: 5, None),  # no size at all
     (lambda: torch.ones(8, 3), 8),  # one tensor: its rows
+    (lambda: torch.tensor(3.0), None),  # a scalar
+    (lambda: (torch.ones(8, 3),), 8),  # a tuple of one
+    (lambda: (["a"] * 8, torch.ones(8)), 8),  # inputs as a list of strings
     (lambda: (torch.ones(8, 3), ["a"] * 8), 8),  # labels as a list of strings
     (lambda: (torch.ones(8, 3), torch.ones(4)), None),  # rows that disagree
     (lambda: (torch.ones(4, 8), torch.ones(8)), None),
@@ -637,10 +640,14 @@ def test_an_optimizer_whose_step_calls_its_base_ends_the_iteration_after_its_own
             clock.advance(0.002)  # its own work after the base step
             return out
 
+    from trainperf.torch._attach import _hooked_step_levels
+
+    torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1)  # torch wraps SGD.step once an SGD is built
     model = CostlyNet(clock, 0.005)
     lst = clocked_listener(clock, 1)
     handle = attach(model, lst)
     opt = Lookahead(model.parameters(), lr=0.1)
+    assert _hooked_step_levels(opt) == 2
     x, y = torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
     for _ in range(3):
         clock.advance(0.004)
@@ -673,3 +680,57 @@ def test_a_rank_that_joins_its_cluster_times_collectives_and_its_iterable_and_on
     assert calls == ([(lst, model)] if joined else [])
     assert (handle._gap is not None) is joined and handle._collective_pending is False
     handle.detach()
+
+
+def test_time_left_out_with_exclude_is_in_no_share_of_a_loop_without_a_loader():
+    clock = FakeClock(0.0)
+    model = CostlyNet(clock, 0.005)
+    lst = clocked_listener(clock, 1)
+    handle = attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
+    for _ in range(4):
+        clock.advance(0.030)  # evaluation, left out
+        lst.exclude(0.030)
+        clock.advance(0.002)  # the gap before the forward
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    handle.detach()
+    for r in lst.history[1:]:
+        assert (r.iteration_ms, r.etl_ms, r.compute_ms) == (pytest.approx(7.0), pytest.approx(2.0), pytest.approx(5.0))
+
+
+def test_host_work_after_the_step_of_a_loader_loop_is_other_time():
+    clock = FakeClock(0.0)
+    model = CostlyNet(clock, 0.005)
+    lst = clocked_listener(clock, 1)
+    handle = attach(model, lst)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in torch.utils.data.DataLoader(ClockedData(clock, 0.004, 5), batch_size=None):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        clock.advance(0.010)  # logging
+    handle.detach()
+    for r in lst.history[1:]:
+        assert (r.etl_ms, r.compute_ms, r.other_ms) == (pytest.approx(4.0), pytest.approx(5.0), pytest.approx(10.0))
+
+
+def test_a_skipped_scaler_step_ends_its_iteration_as_one_optimizer_step():
+    model = Net()
+    lst = listener(1)
+    handle = attach(model, lst)
+    model(torch.ones(8, 4)).sum().backward()
+    handle.on_scaler_update()  # the scaler skipped the step (inf gradients)
+    handle.detach()
+    assert [(r.iteration, r.optimizer_steps, r.samples) for r in lst.history] == [(1, 1, 8)]
+
+
+def test_a_model_without_parameters_can_be_listened_to():
+    lst = listener(1)
+    handle = attach(torch.nn.ReLU(), lst)
+    torch.nn.ReLU()(torch.ones(2))  # another module: nothing
+    handle.model(torch.ones(8, 4, requires_grad=True)).sum().backward()
+    handle.detach()
+    assert lst.iteration == 0 and lst.device is None
