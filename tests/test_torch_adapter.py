@@ -406,8 +406,9 @@ def test_a_later_input_seen_again_in_the_step_counts_once():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(8, 4), torch.randn(5, 4)
     sgd_step(model, opt, x, y, y)
+    sgd_step(model, opt, x, y)  # the same tensors in the next step: a new step counts them again
     handle.detach()
-    assert [(r.samples, r.batches) for r in lst.history] == [(13, 2)]
+    assert [(r.samples, r.batches) for r in lst.history] == [(13, 2), (13, 2)]
 
 
 def test_a_scaler_update_before_any_forward_is_no_iteration():
@@ -734,3 +735,10 @@ def test_a_model_without_parameters_can_be_listened_to():
     handle.model(torch.ones(8, 4, requires_grad=True)).sum().backward()
     handle.detach()
     assert lst.iteration == 0 and lst.device is None
+
+
+def test_attach_takes_its_model_and_listener_by_name_and_the_rest_only_by_name():
+    handle = attach(model=Net(), listener=listener(1), timeline_factory=None)
+    handle.detach()
+    with pytest.raises(TypeError):
+        attach(Net(), listener(1), None)  # type: ignore[misc]
