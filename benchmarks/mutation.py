@@ -191,10 +191,12 @@ def never_run_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]
     def span(node: ast.expr | ast.stmt) -> None:
         spans.append(((node.lineno, node.col_offset), (node.end_lineno or node.lineno, node.end_col_offset or 0)))
 
+    def named(node: ast.expr, name: str) -> bool:  # ``name`` or ``module.name``
+        return getattr(node, "id", getattr(node, "attr", None)) == name
+
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if any(isinstance(d, (ast.Name, ast.Attribute)) and getattr(d, "id", getattr(d, "attr", "")) == "overload"
-                   for d in node.decorator_list):
+            if any(named(d, "overload") for d in node.decorator_list):
                 span(node)
                 continue
             if node.returns is not None:
@@ -203,8 +205,7 @@ def never_run_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]
             span(node.annotation)
         elif isinstance(node, ast.AnnAssign):
             span(node.annotation)
-        elif isinstance(node, ast.If) and isinstance(node.test, (ast.Name, ast.Attribute)) and \
-                getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING":
+        elif isinstance(node, ast.If) and named(node.test, "TYPE_CHECKING"):
             for child in node.body:
                 span(child)
     return spans

@@ -231,8 +231,7 @@ class Attachment:
             # A second optimizer's step after the iteration closed, before anything else happened (a
             # head stepped apart from its backbone): its time is the next iteration's compute, neither
             # the loop's other time nor the wait for the next batch that may follow it.
-            uc = self._uc
-            now = uc.raw() - uc.own.total - uc.offset.total  # self.clock(), inline
+            now = self.clock()  # rare: no need for the inline read of the hot path
             began = self._late_end if self._late_end > self._boundary else self._boundary
             self._late_busy += now - began
             self._late_end = now
@@ -252,9 +251,9 @@ class Attachment:
         fetched = self._fetched
         # where this model's training began, as the other listened models see it: a late step's start
         began = self._boundary if self._late_busy else activity
+        busy = self._peer_busy + self._late_busy  # compute before this iteration's first sign
         if fetched:
             etl, started = self._etl, None
-            busy = self._peer_busy + self._late_busy
             other = activity - self._boundary - self._idle_etl - busy if activity is not None else 0.0
             if other < 0.0:
                 other = 0.0
@@ -263,7 +262,6 @@ class Attachment:
         else:  # no loader seen: the gap before the first forward is the data wait
             etl, other = self._etl, 0.0  # an epoch's start (iter(loader)) may have been timed
             started = self._first_forward if self._first_forward is not None else activity
-            busy = self._peer_busy + self._late_busy
             if started is not None and busy:  # another model's or a late optimizer's step is compute, not the gap
                 started -= busy
             data = self._gap_data
