@@ -63,15 +63,16 @@ def test_a_generators_own_time_is_the_data_wait_and_the_loops_host_work_is_not()
     assert sys.getprofile() is None
 
 
-def test_a_forward_pass_inside_the_iterable_closes_the_gap_at_its_start():
-    clock = Clock()
+def forward_inside_the_iterable(clock: Clock, works: list[float]) -> list[float | None]:
+    """A loop whose iterable spends ``works`` seconds, one batch each, then runs the forward pass
+    itself (which closes the gap); what each forward's ``close()`` gave."""
     gap = GapSplitter(clock)
-    got = []
+    got: list[float | None] = []
 
     def loop_body():  # the loop's frame: it resumes a generator that runs the forward pass itself
         def batches():
-            for _ in range(3):
-                clock.work(0.02)
+            for seconds in works:
+                clock.work(seconds)
                 got.append(gap.close())
                 yield 1
 
@@ -83,7 +84,11 @@ def test_a_forward_pass_inside_the_iterable_closes_the_gap_at_its_start():
 
     loop_body()
     gap.close()
-    assert got[1:] == [pytest.approx(0.02)] * 2
+    return got
+
+
+def test_a_forward_pass_inside_the_iterable_closes_the_gap_at_its_start():
+    assert forward_inside_the_iterable(Clock(), [0.02] * 3)[1:] == [pytest.approx(0.02)] * 2
 
 
 def test_library_frames_are_not_the_loop():
@@ -209,24 +214,5 @@ def test_a_splitter_that_has_not_learned_the_loop_times_nothing():
 
 
 def test_a_forward_inside_the_iterable_counts_the_iterables_time_however_long_it_grows():
-    clock = Clock()
-    gap = GapSplitter(clock)
-    got = []
-    work = iter([0.02, 0.5, 5.0, 40.0])
-
-    def loop_body():
-        def batches():
-            for seconds in work:
-                clock.work(seconds)
-                got.append(gap.close())
-                yield 1
-
-        for _ in batches():
-            if not gap.loop_codes:
-                gap.learn_loop(sys._getframe(0))
-            gap.open()
-            clock.work(0.01)
-
-    loop_body()
-    gap.close()
+    got = forward_inside_the_iterable(Clock(), [0.02, 0.5, 5.0, 40.0])
     assert got[1:] == [pytest.approx(0.5), pytest.approx(5.0), pytest.approx(40.0)]

@@ -290,20 +290,22 @@ def test_json_and_text_lines_together_name_their_columns_in_the_order_each_line_
         "iteration", "etl_ms", "gamma_ms", "gc.c.count", "gc.c.ms", "gc.a.count", "gc.a.ms", "gc.b.count", "gc.b.ms"]
 
 
-@pytest.mark.parametrize("bulk", [False, True], ids=["line by line", "in bulk"])
-def test_columns_named_like_a_collectors_count_and_ms_outside_gc_keep_their_own_places(bulk, monkeypatch):
-    if bulk:
+@pytest.fixture(params=[False, True], ids=["line by line", "in bulk"])
+def bulk(request, monkeypatch) -> bool:
+    """Whether small logs are read by the bulk reader (as logs of a mebibyte and more are)."""
+    if request.param:
         monkeypatch.setattr(trainperf._logs._parse, "BULK_MIN_BYTES", 1)
+    return request.param
+
+
+def test_columns_named_like_a_collectors_count_and_ms_outside_gc_keep_their_own_places(bulk):
     lines = '{"iteration": 1, "wait.count": 2, "beta_ms": 1.0}\n{"iteration": 2, "wait.ms": 4.0}\n'
     log = trainperf.parse_log(io.StringIO(lines))
     assert (log._frame is not None) is bulk
     assert log.columns == ["iteration", "wait.count", "beta_ms", "wait.ms"]
 
 
-@pytest.mark.parametrize("bulk", [False, True], ids=["line by line", "in bulk"])
-def test_a_collectors_ms_is_a_column_wherever_its_count_is_and_follows_it(bulk, monkeypatch):
-    if bulk:
-        monkeypatch.setattr(trainperf._logs._parse, "BULK_MIN_BYTES", 1)
+def test_a_collectors_ms_is_a_column_wherever_its_count_is_and_follows_it(bulk):
     counted = '{"iteration": 1, "gc": {"x": {"count": 2}}}\n{"iteration": 2, "gc": {"y": {"ms": 3.0}}}\n'
     log = trainperf.parse_log(io.StringIO(counted))
     assert log.columns == ["iteration", "gc.x.count", "gc.x.ms", "gc.y.ms"]

@@ -444,9 +444,7 @@ def test_a_loop_over_a_list_has_its_gaps_as_data_wait_in_every_window():
     batches = [(torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long))] * 8
     for x, y in batches:
         clock.advance(0.002)  # the gap before the forward: a data wait as far as anyone can tell
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+        step(model, opt, x, y)
     handle.detach()
     for r in lst.history[1:]:
         assert (r.etl_ms, r.compute_ms, r.other_ms) == (pytest.approx(2.0), pytest.approx(3.0), pytest.approx(0.0))
@@ -460,9 +458,7 @@ def test_the_first_iteration_counts_the_first_fetch():
     handle = attach(model, lst)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for x, y in torch.utils.data.DataLoader(ClockedData(clock, 0.010, 3), batch_size=None):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+        step(model, opt, x, y)
     handle.detach()
     assert [r.iteration_ms for r in lst.history] == [pytest.approx(15.0)] * 3
     assert [r.etl_ms for r in lst.history] == [pytest.approx(10.0)] * 3
@@ -487,9 +483,7 @@ def test_an_epochs_start_at_a_small_clock_reading_is_data_wait_not_other_time():
     loader = torch.utils.data.DataLoader(Iterable(), batch_size=None)
     for _ in range(2):
         for x, y in loader:
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
+            step(model, opt, x, y)
     handle.detach()
     first, second = lst.history
     assert second.etl_ms == pytest.approx((50.0 + 3 * 2.0) / 3) and second.other_ms == pytest.approx(0.0)
@@ -564,13 +558,9 @@ def test_another_models_step_after_this_models_own_host_work_counts_only_its_own
     other = attach(disc, clocked_listener(clock, 1))
     x, y = torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
     for _ in range(4):
-        g_opt.zero_grad()
-        torch.nn.functional.cross_entropy(gen(x), y).backward()
-        g_opt.step()
+        step(gen, g_opt, x, y)
         clock.advance(0.010)  # the generator loop's own host work (logging)
-        d_opt.zero_grad()
-        torch.nn.functional.cross_entropy(disc(x), y).backward()
-        d_opt.step()  # 3 ms of the discriminator: compute of the generator's next iteration
+        step(disc, d_opt, x, y)  # 3 ms of the discriminator: compute of the generator's next iteration
     other.detach()
     handle.detach()
     for r in lst.history[1:]:
@@ -591,9 +581,7 @@ def test_a_distributed_generator_loop_splits_its_gap_into_the_iterables_time_and
             yield torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
 
     for i, (x, y) in enumerate(batches()):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+        step(model, opt, x, y)
         clock.advance(0.004)  # the loop's own host work after the step
         if i == 4:
             break
@@ -650,9 +638,7 @@ def test_an_optimizer_whose_step_calls_its_base_ends_the_iteration_after_its_own
     x, y = torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
     for _ in range(3):
         clock.advance(0.004)
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+        step(model, opt, x, y)
     handle.detach()
     assert [r.optimizer_steps for r in lst.history] == [1, 1, 1]
     for r in lst.history[1:]:
@@ -692,9 +678,7 @@ def test_time_left_out_with_exclude_is_in_no_share_of_a_loop_without_a_loader():
         clock.advance(0.030)  # evaluation, left out
         lst.exclude(0.030)
         clock.advance(0.002)  # the gap before the forward
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+        step(model, opt, x, y)
     handle.detach()
     for r in lst.history[1:]:
         assert (r.iteration_ms, r.etl_ms, r.compute_ms) == (pytest.approx(7.0), pytest.approx(2.0), pytest.approx(5.0))
@@ -707,9 +691,7 @@ def test_host_work_after_the_step_of_a_loader_loop_is_other_time():
     handle = attach(model, lst)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for x, y in torch.utils.data.DataLoader(ClockedData(clock, 0.004, 5), batch_size=None):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+        step(model, opt, x, y)
         clock.advance(0.010)  # logging
     handle.detach()
     for r in lst.history[1:]:
@@ -758,9 +740,7 @@ def test_the_first_window_starts_where_the_first_epochs_loader_began():
     handle = attach(model, lst)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for x, y in torch.utils.data.DataLoader(Slow(), batch_size=None):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+        step(model, opt, x, y)
     handle.detach()
     (first,) = lst.history
     assert first.etl_ms == pytest.approx((50.0 + 3 * 2.0) / 3) and first.other_ms == pytest.approx(0.0)
