@@ -7,10 +7,12 @@ during ``fit`` are taken out of the windows: they count neither as data wait nor
 Data wait: Lightning has no hook around fetching a batch. During an epoch the callback times the
 training data fetcher's own ``next()`` on the dataloader iterator (through the profiler callables
 that the training epoch loop hands to the fetcher), the same span Lightning's
-profiler reports as ``train_dataloader_next`` (with its default one-batch prefetch, that fetch
-returns the batch after the one about to run). A ``DataLoader``'s ``iter()`` (which starts its
-workers every epoch unless they persist) and any fetch outside that span (the prefetch made while
-an epoch's iterator is created) are timed through the same loader hooks the plain-loop adapter uses.
+profiler reports as ``train_dataloader_next`` (for a loader without a length, Lightning fetches one
+batch ahead, so that fetch returns the batch after the one about to run). A ``DataLoader``'s
+``iter()`` (which starts its workers every epoch unless they persist) and any fetch outside that span
+(the fetch ahead made while an epoch's iterator is created) are timed through the same loader hooks
+the plain-loop adapter uses. Lightning creates the first epoch's iterator before ``on_train_start``:
+the first window starts where that began, so it is the first step's data wait like any other.
 
 Other host time: the rest of the time between the end of one step and ``on_train_batch_start`` of
 the next: the loop's own hooks, ``on_train_epoch_end`` and anything else done at an epoch's edge.
@@ -129,6 +131,8 @@ class PerformanceCallback(_CallbackBase):
         self._fetch_started: float | None = None  # inside the fetcher's timed next()
         self._boundary = 0.0  # the end of the previous step
         self._gap_etl = 0.0  # data wait since then, not yet given to an iteration
+        self._first_fetch: float | None = None  # when the first fetch before training began
+        self._started_training = False
         self._etl = 0.0
         self._other = 0.0
         self._observing = False
@@ -156,6 +160,17 @@ class PerformanceCallback(_CallbackBase):
         if self.log_to_loggers and trainer.loggers:
             self._logger_sink = LoggerSink(trainer)
             self.listener.add_sink(self._logger_sink)
+        # Lightning creates the first epoch's iterator (and, for a loader without a length, fetches
+        # its first batch) before ``on_train_start``: the loader hooks time them from here on, and the
+        # first window starts where they began.
+        self._observe_loader()
+
+    def _observe_loader(self) -> None:
+        self.thread = threading.get_ident()
+        self.clock = self._clock
+        if not self._observing:
+            loop_hooks.register(self)
+            self._observing = True
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         listener = self.listener
@@ -181,14 +196,12 @@ class PerformanceCallback(_CallbackBase):
         listener.set_etl_source("loader")
         if device is not None and getattr(device, "type", None) == "cpu":
             listener.set_step_threads(torch.get_num_threads())
-        self.thread = threading.get_ident()
-        self.clock = self._clock
-        if not self._observing:
-            loop_hooks.register(self)
-            self._observing = True
-        listener.start()
-        self._boundary = self._clock()
-        self._gap_etl = 0.0
+        self._observe_loader()
+        first_fetch = self._first_fetch
+        listener.start(at=first_fetch)
+        self._started_training = True
+        # a fetch before now (the first epoch's iterator) is the first iteration's data wait
+        self._boundary = self._clock() if first_fetch is None else first_fetch
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self.listener.set_epoch(trainer.current_epoch)
@@ -233,6 +246,8 @@ class PerformanceCallback(_CallbackBase):
     # -- the loader hooks (DataLoader.iter() and fetches outside the fetcher's timed next()) --
     def on_fetch(self, started: float, ended: float, batch: Any) -> None:
         if self._fetch_started is None:  # else the fetcher's own span times it
+            if not self._started_training and self._first_fetch is None:
+                self._first_fetch = started
             self._add_fetch(started, ended)
 
     def _add_fetch(self, started: float, ended: float) -> None:

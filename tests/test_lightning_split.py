@@ -1,0 +1,218 @@
+"""The Lightning callback's split of each iteration into data wait, compute and other host time, on a
+fake clock: the loader, the training step and the user's hooks each cost a known time, so every
+figure is exact. Expected values are worked out by hand from Lightning's order of calls: a loader
+with a length is fetched as each step needs it; one without is fetched a batch ahead (an epoch's
+``iter()`` and first fetch come before its first step, and each step's ``next()`` fetches the batch
+after the one it runs, finding the loader empty at the epoch's last step)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+pl = pytest.importorskip("pytorch_lightning")
+
+from clocked import ClockedData  # noqa: E402
+from trainperf.lightning import PerformanceCallback  # noqa: E402
+
+warnings.filterwarnings("ignore", ".*does not have many workers.*")
+warnings.filterwarnings("ignore", ".*GPU available but not used.*")
+
+LOAD, STEP = 0.005, 0.007  # seconds per batch fetched, per training step
+
+
+class Costly(pl.LightningModule):
+    """A training step costs ``STEP`` on the fake clock; validation batches ``val_s`` each."""
+
+    def __init__(self, clock, val_s: float = 0.0) -> None:
+        super().__init__()
+        self.clock, self.val_s = clock, val_s
+        self.fc = torch.nn.Linear(4, 2)
+
+    def training_step(self, batch, batch_idx):
+        self.clock.advance(STEP)
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.fc(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        self.clock.advance(self.val_s)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class Spends(pl.Callback):
+    """Spends ``seconds`` of fake time in the named hook."""
+
+    def __init__(self, clock, hook: str, seconds: float) -> None:
+        self.clock, self.seconds = clock, seconds
+        setattr(self, hook, self._spend)
+
+    def _spend(self, *args, **kwargs) -> None:
+        self.clock.advance(self.seconds)
+
+
+class ClockedStream(torch.utils.data.IterableDataset):
+    """``n`` batches, each costing ``LOAD`` on the fake clock; no length, so Lightning fetches ahead."""
+
+    def __init__(self, clock, n: int) -> None:
+        self.clock, self.n = clock, n
+
+    def __iter__(self):
+        for _ in range(self.n):
+            self.clock.advance(LOAD)
+            yield torch.ones(8, 4), torch.zeros(8, dtype=torch.long)
+
+
+def fit(clock, tmp_path, callbacks, n=8, module=None, val=None, stream=False, **trainer_kw):
+    callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
+    trainer_kw.setdefault("max_epochs", 2)
+    trainer = pl.Trainer(callbacks=[callback, *callbacks], logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path,
+                         accelerator="cpu", devices=1, num_sanity_val_steps=0, **trainer_kw)
+    data = torch.utils.data.DataLoader(ClockedStream(clock, n) if stream else ClockedData(clock, LOAD, n),
+                                       batch_size=None)
+    trainer.fit(module or Costly(clock), data, val)
+    return callback, trainer
+
+
+def split(record) -> tuple[float, float, float, float]:
+    """A window's mean data wait, compute, other and iteration time, in ms, rounded to 1 us."""
+    return tuple(round(v, 3) for v in (record.etl_ms, record.compute_ms, record.other_ms, record.iteration_ms))
+
+
+def test_a_sized_loaders_fetch_is_the_data_wait_of_the_step_it_feeds(tmp_path, clock):
+    """8 batches, 2 epochs, windows of 4: every step waits 5 ms for its batch and computes 7 ms."""
+    callback, _ = fit(clock, tmp_path, [])
+    records = list(callback.history)
+    assert [(r.first_iteration, r.iteration, r.epoch) for r in records] == [(1, 4, 0), (5, 8, 0), (9, 12, 1),
+                                                                            (13, 16, 1)]
+    assert [split(r) for r in records] == [(5.0, 7.0, 0.0, 12.0)] * 4
+    assert [r.samples for r in records] == [32] * 4
+
+
+def test_a_loader_fetched_ahead_puts_each_epochs_first_fetches_and_empty_last_fetch_in_the_right_steps(
+        tmp_path, clock):
+    """No length: an epoch's first step waits for its iter(), the first batch and the batch after
+    (10 ms); steps 2-7 fetch one batch ahead (5 ms); the eighth finds the loader empty (0 ms).
+    Window of steps 1-4: (10 + 5 + 5 + 5) / 4 = 6.25 ms of data wait; steps 5-8: 15 / 4 = 3.75 ms."""
+    callback, _ = fit(clock, tmp_path, [], stream=True)
+    records = list(callback.history)
+    assert [(r.first_iteration, r.iteration, r.epoch) for r in records] == [(1, 4, 0), (5, 8, 0), (9, 12, 1),
+                                                                            (13, 16, 1)]
+    assert [split(r) for r in records] == [(6.25, 7.0, 0.0, 13.25), (3.75, 7.0, 0.0, 10.75)] * 2
+
+
+def test_starting_each_epochs_iterator_is_data_wait_of_its_first_step_the_first_epochs_too(tmp_path, clock):
+    """A loader whose iter() costs 20 ms (as starting workers does). Lightning makes the first epoch's
+    iterator before ``on_train_start``: the first window starts there, so both epochs' first windows
+    read (20 + 4 x 5) / 4 = 10 ms of data wait."""
+
+    class SlowStart(torch.utils.data.DataLoader):
+        def _get_iterator(self):  # inside DataLoader.__iter__, where workers start
+            clock.advance(0.020)
+            return super()._get_iterator()
+
+    callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
+    trainer = pl.Trainer(callbacks=[callback], logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, default_root_dir=tmp_path, accelerator="cpu", devices=1,
+                         max_epochs=2)
+    trainer.fit(Costly(clock), SlowStart(ClockedData(clock, LOAD, 8), batch_size=None))
+    assert [split(r) for r in callback.history] == [(10.0, 7.0, 0.0, 17.0), (5.0, 7.0, 0.0, 12.0)] * 2
+
+
+def test_work_at_an_epochs_edge_is_other_time_of_the_next_epochs_first_step(tmp_path, clock):
+    """30 ms in on_train_epoch_end and 11 ms in on_train_epoch_start: the first window of epoch 1
+    holds both (41 / 4 = 10.25 ms of other per step); epoch 0's start is in the first window (11 / 4),
+    the last epoch's end is after the last step of the run."""
+    callback, _ = fit(clock, tmp_path, [Spends(clock, "on_train_epoch_end", 0.030),
+                                        Spends(clock, "on_train_epoch_start", 0.011)])
+    assert [split(r) for r in callback.history] == [(5.0, 7.0, 2.75, 14.75), (5.0, 7.0, 0.0, 12.0),
+                                                    (5.0, 7.0, 10.25, 22.25), (5.0, 7.0, 0.0, 12.0)]
+
+
+def test_work_between_steps_in_batch_hooks_is_compute_or_other_by_where_it_runs(tmp_path, clock):
+    """on_train_batch_start runs after the callback's (ours is first in the list): 2 ms of compute per
+    step. on_train_batch_end runs after ours too, so its 3 ms are other time of the next step: 3 of
+    them in the first window (9 / 4 ms), 4 in the second, and the last step's is after every window."""
+    callback, _ = fit(clock, tmp_path, [Spends(clock, "on_train_batch_start", 0.002),
+                                        Spends(clock, "on_train_batch_end", 0.003)], max_epochs=1)
+    assert [split(r) for r in callback.history] == [(5.0, 9.0, 2.25, 16.25), (5.0, 9.0, 3.0, 17.0)]
+
+
+def test_with_accumulation_every_micro_batchs_fetch_is_data_wait_of_its_step(tmp_path, clock):
+    """Two micro-batches per optimizer step, windows of 4 steps, 16 batches (8 steps). Each step waits
+    5 ms before its first micro-batch and 5 ms between them (data wait, though inside the step); its
+    two training steps are 14 ms of compute."""
+    callback, _ = fit(clock, tmp_path, [], n=16, max_epochs=1, accumulate_grad_batches=2)
+    records = list(callback.history)
+    assert [(r.iteration, r.batches, r.samples) for r in records] == [(4, 8, 64), (8, 8, 64)]
+    assert [split(r) for r in records] == [(10.0, 14.0, 0.0, 24.0)] * 2
+
+
+def test_accumulation_over_a_loader_fetched_ahead(tmp_path, clock):
+    """As above without a length: step 1 waits 10 ms before its first micro-batch (iter() and two
+    fetches) and 5 ms between them; the last step's second fetch finds the loader empty.
+    Steps 1-4: (15 + 10 + 10 + 10) / 4 ms of data wait; steps 5-8: (10 + 10 + 10 + 5) / 4."""
+    callback, _ = fit(clock, tmp_path, [], n=16, max_epochs=1, accumulate_grad_batches=2, stream=True)
+    assert [split(r) for r in callback.history] == [(11.25, 14.0, 0.0, 25.25), (8.75, 14.0, 0.0, 22.75)]
+
+
+def test_validation_inside_an_epoch_is_left_out_of_every_window(tmp_path, clock):
+    """Validation after every 4 training batches: 2 batches of 5 ms to load and 50 ms each to run.
+    None of it is data wait, compute or other: the windows read as without validation."""
+    val = torch.utils.data.DataLoader(ClockedData(clock, LOAD, 2), batch_size=None)
+    callback, _ = fit(clock, tmp_path, [], module=Costly(clock, val_s=0.050), val=val, val_check_interval=4,
+                      max_epochs=1)
+    assert [split(r) for r in callback.history] == [(5.0, 7.0, 0.0, 12.0)] * 2
+
+
+def test_a_checkpoint_saved_between_steps_is_left_out(tmp_path, clock):
+    """A callback saves a checkpoint after every step; writing it costs 40 ms (in on_save_checkpoint):
+    not other time, not compute."""
+
+    class Saves(pl.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            trainer.save_checkpoint(tmp_path / "last.ckpt")
+
+        def on_save_checkpoint(self, *args):
+            clock.advance(0.040)
+
+    callback, trainer = fit(clock, tmp_path, [Saves()], max_epochs=1)
+    assert (tmp_path / "last.ckpt").exists()
+    assert [split(r) for r in callback.history] == [(5.0, 7.0, 0.0, 12.0)] * 2
+    assert "save_checkpoint" not in trainer.__dict__  # the wrapper is gone after the fit
+
+
+def test_validate_and_test_stages_leave_the_listener_alone(tmp_path, clock):
+    """Only ``fit`` opens and closes the listener: a ``validate`` before it neither closes the listener
+    nor records anything, and the fit after it reports as usual."""
+    module = Costly(clock)
+    val = torch.utils.data.DataLoader(ClockedData(clock, LOAD, 2), batch_size=None)
+    callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
+    trainer = pl.Trainer(callbacks=[callback], logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, default_root_dir=tmp_path, accelerator="cpu", devices=1,
+                         max_epochs=1)
+    listener = callback.listener
+    trainer.validate(module, val, verbose=False)
+    assert callback.listener is listener and not listener.closed and not list(listener.history)
+    trainer.fit(module, torch.utils.data.DataLoader(ClockedData(clock, LOAD, 8), batch_size=None))
+    assert [split(r) for r in callback.history] == [(5.0, 7.0, 0.0, 12.0)] * 2
+    assert listener.closed
+
+
+def test_the_score_is_the_loss_of_the_windows_last_step_when_asked(tmp_path, clock):
+    losses: list[float] = []
+
+    class Keeps(pl.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, *args):
+            losses.append(float(outputs["loss"]))
+
+    callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_score=True)
+    trainer = pl.Trainer(callbacks=[callback, Keeps()], logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path,
+                         accelerator="cpu", devices=1, max_epochs=1)
+    trainer.fit(Costly(clock), torch.utils.data.DataLoader(ClockedData(clock, LOAD, 8), batch_size=None))
+    assert [r.score for r in callback.history] == pytest.approx([losses[3], losses[7]])
