@@ -10,7 +10,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 
 def free_port() -> int:
@@ -44,14 +44,16 @@ def run_forked(target: Callable[..., Any], world: int, args: tuple[Any, ...], li
 
 
 def _say_stack_on_usr1(target: Callable[..., Any], rank: int, *args: Any) -> None:
-    """Run one rank; a rank whose ``target`` returns ends at once with exit code 0.
-
-    It skips freeing what ``target`` leaves behind: freeing a DDP model's reducer can deadlock in torch
-    itself (its destructor joins gloo's worker thread while holding the GIL, and that thread waits for
-    the GIL to drop a Python object), seen in about 1 run in 8 of a 2-rank gloo DDP run with no
-    trainperf code in it at all. A rank that raises ends as multiprocessing ends it (exit code 1)."""
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     target(rank, *args)
+
+
+def end_rank() -> NoReturn:
+    """End a rank at once with exit code 0, without freeing what it made (call it with the DDP model
+    still referenced). When a DDP model's reducer holds the last reference to a destroyed gloo
+    process group, freeing it can deadlock in torch itself: the group's destructor joins gloo's
+    worker thread while holding the GIL, and that thread waits for the GIL to drop a Python object.
+    Seen in about 1 run in 8 of a 2-rank gloo DDP run with no trainperf code in it at all."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
-from _ranks import run_forked  # noqa: E402
+from _ranks import end_rank, run_forked  # noqa: E402
 
 pytestmark = [
     pytest.mark.realtime,
@@ -116,6 +116,7 @@ def worker(rank: int, port: int, out: str, plan: Plan) -> None:
                    "warnings": [str(w.message) for w in caught if "trainperf" in str(w.message)],
                    "seconds": seconds, "closed_in": time.monotonic() - started - seconds}, f)
     dist.destroy_process_group()
+    end_rank()  # the model still holds the group: freeing it can deadlock in torch (see end_rank)
 
 
 def run_ranks(plan: Plan, out, limit_s: float = 120.0) -> list[int | None]:
