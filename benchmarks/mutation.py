@@ -38,7 +38,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ranks/_stragglers.py": ("tests/test_stragglers.py", "tests/test_report.py"),
     "_atomic.py": ("tests/test_atomic.py",),
     "ranks/_gather.py": ("tests/test_gather.py",),
-    "_own_time.py": ("tests/test_own_time.py",),
+    "_own_time.py": ("tests/test_own_time.py", "tests/test_attribution.py"),
     "_build.py": ("tests/test_build.py",),
     "_totals.py": ("tests/test_totals.py",),
     "_notices.py": ("tests/test_notices.py",),

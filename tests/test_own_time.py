@@ -130,3 +130,32 @@ def test_a_listener_collected_while_another_is_built_on_its_clock_does_not_deadl
 
     assert _finishes(build_while_collecting, 60.0)
     assert ledgers_in_use() == before
+
+
+def test_own_time_that_ended_at_a_reading_is_before_it_and_what_ended_later_is_not():
+    ledger = Ledger()
+    ledger.add(0.5, at=5.0)
+    ledger.add(0.25, at=7.0)
+    assert [ledger.total_at(raw) for raw in (4.0, 5.0, 6.5, 7.0, 9.0)] == [0.0, 0.5, 0.5, 0.75, 0.75]
+    own, offset = Ledger(), Ledger()
+    user = UserClock(Raw(), own, offset)
+    own.add(2.0, at=100.0)
+    assert (user.at(99.5), user.at(100.0)) == (99.5, 98.0)
+
+
+def test_a_ledger_released_twice_does_not_hold_up_the_releases_queued_after_it():
+    """A finalizer and ``close`` both giving a key back: the second release finds no ledger, and the
+    releases queued behind it (the lock was held) are counted all the same."""
+    from trainperf import _own_time
+
+    before = ledgers_in_use()
+    clocks = Raw(), Raw()  # kept: a key is the clock's id
+    first, _ = acquire(clocks[0], 1)
+    second, _ = acquire(clocks[1], 1)
+    release(first)
+    assert ledgers_in_use() == before + 1
+    with _own_time._lock:  # held by someone else: releases queue up
+        release(first)
+        release(second)
+    assert ledgers_in_use() == before
+
