@@ -153,6 +153,50 @@ def test_inline_and_strict_run_on_the_callers_thread():
         strict.deliver(record(1))
 
 
+def test_flush_waits_for_a_slow_sink_to_finish_within_its_timeout():
+    def slow(r):
+        time.sleep(0.02)
+
+    emitter = Emitter([slow])
+    for i in range(1, 6):
+        emitter.deliver(record(i))
+    assert emitter.flush(0.9) and emitter.pending == 0  # 0.1 s of writing, well inside 0.9 s
+    emitter.close()
+
+
+def test_flush_over_a_hanging_sink_gives_up_at_its_timeout_without_spinning():
+    """It waits the whole timeout (a stopwatch), asleep: the flushing thread uses almost no CPU."""
+    gate = Gate()
+    emitter = Emitter([gate], say=lambda m: None)
+    emitter.deliver(record(1))
+    began, cpu = time.perf_counter(), time.thread_time()
+    assert not emitter.flush(0.3)
+    waited, used = time.perf_counter() - began, time.thread_time() - cpu
+    assert waited >= 0.3 and used < 0.1 * waited, (waited, used)
+    gate.open.set()
+    emitter.close()
+
+
+def test_close_stops_the_writer_thread():
+    emitter = Emitter([lambda r: None])
+    emitter.deliver(record(1))
+    thread = emitter._thread
+    assert thread is not None and thread.is_alive()
+    emitter.close()
+    assert not thread.is_alive()
+
+
+def test_close_over_a_hanging_sink_waits_its_timeout_once():
+    """The flush gives up after the timeout; the writer, still inside the sink, is not waited for again."""
+    gate = Gate()
+    emitter = Emitter([gate], say=lambda m: None)
+    emitter.deliver(record(1))
+    began = time.perf_counter()
+    emitter.close(0.5)
+    assert 0.5 <= time.perf_counter() - began < 0.95
+    gate.open.set()
+
+
 def test_close_delivers_what_is_queued_then_closes_every_sink():
     closed: list[str] = []
 
@@ -229,7 +273,6 @@ def test_a_20ms_sink_does_not_slow_a_1ms_step_loop():
     assert len(listener.history) == 100
 
 
-@pytest.mark.realtime
 def test_a_forked_child_delivers_through_a_writer_of_its_own(tmp_path):
     if not hasattr(os, "fork"):
         pytest.skip("needs fork")
@@ -255,8 +298,8 @@ def test_a_forked_child_delivers_through_a_writer_of_its_own(tmp_path):
     emitter.close()
 
 
-@pytest.mark.realtime
 def test_records_queued_at_interpreter_exit_reach_the_file(tmp_path):
+    """50 records of 40 ms each: 2 s of writing still queued at exit, within the 5 s exit allowance."""
     path = tmp_path / "out.jsonl"
     script = f"""
 import time
@@ -265,7 +308,7 @@ from trainperf.sinks import JsonLinesSink
 
 class Slow(JsonLinesSink):
     def __call__(self, record):
-        time.sleep(0.01)
+        time.sleep(0.04)
         super().__call__(record)
 
 listener = PerformanceListener(1, sinks=[Slow({str(path)!r})], report_hardware=False)

@@ -74,7 +74,6 @@ class Emitter:
         self._waiting = False
         self._failures: deque[str] = deque()  # sink failures met on the writer thread, said on the caller's
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
 
     @property
     def sinks(self) -> list[Sink]:
@@ -114,8 +113,6 @@ class Emitter:
         self._say(f"trainperf: writing {getattr(task, '__qualname__', task)!r} failed: {exc!r}")
 
     def _put(self, item: PerformanceRecord | Callable[[], object]) -> None:
-        if self._pid != os.getpid():  # a forked child: the parent's writer thread is not here
-            self._start_state()
         if self._thread is None:
             self._start_writer()
         if self._put_count - self._done_count < self._queue_size:
@@ -163,7 +160,7 @@ class Emitter:
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every queued record reached every sink, at most ``timeout_s`` (default
         :data:`FLUSH_TIMEOUT_S`); whether it did. A sink still busy then is said in a warning."""
-        if self.inline or self._thread is None or self._pid != os.getpid():
+        if self.inline or self._thread is None:
             return True
         if timeout_s is None:
             timeout_s = FLUSH_TIMEOUT_S
@@ -195,7 +192,7 @@ class Emitter:
         _live.discard(self)
         done = self.flush(timeout_s)
         thread = self._thread
-        if thread is not None and self._pid == os.getpid():
+        if thread is not None:
             self._queue.put(None)
             if done:
                 thread.join(FLUSH_TIMEOUT_S if timeout_s is None else timeout_s)
@@ -218,8 +215,11 @@ def _flush_at_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker, a forked rank) has none of the parent's threads: each
+    emitter starts afresh there, with a writer of its own when it next delivers (the lock and the
+    queue may have been held by the parent's writer, and the parent delivers what it had queued)."""
     for emitter in list(_live):
-        emitter._start_state()  # the lock and the queue may have been held by the parent's writer
+        emitter._start_state()
 
 
 atexit.register(_flush_at_exit)
