@@ -126,6 +126,31 @@ def test_a_sink_that_asks_for_the_training_thread_runs_inside_deliver():
     emitter.close()
 
 
+def test_a_sink_added_later_that_asks_for_the_training_thread_runs_inside_deliver():
+    class Live:
+        on_training_thread = True
+
+        def __init__(self):
+            self.got = []
+
+        def __call__(self, r):
+            self.got.append((threading.current_thread().name, r.iteration))
+
+    gate = Gate()
+    emitter = Emitter([gate], say=lambda m: None)
+    emitter.deliver(record(1))
+    live = Live()
+    emitter.sinks.append(live)
+    emitter.deliver(record(2))
+    assert live.got == [(threading.current_thread().name, 2)]  # at once, though the writer is blocked
+    emitter.sinks.remove(live)
+    emitter.deliver(record(3))
+    gate.open.set()
+    emitter.flush(10.0)
+    assert live.got == [(threading.current_thread().name, 2)] and gate.got == [1, 2, 3]
+    emitter.close()
+
+
 def test_tasks_run_in_order_with_the_records():
     order: list[object] = []
     emitter = Emitter([lambda r: order.append(r.iteration)])

@@ -61,6 +61,8 @@ class Emitter:
         self.dropped = 0
         self._said_dropped = False
         self._closed = False
+        self._checked: list[Sink] = []
+        self._some_on_training_thread = False
         self._start_state()
         _live.add(self)
 
@@ -93,7 +95,10 @@ class Emitter:
         sinks = self._fanout.sinks
         if not sinks:
             return
-        if any(on_training_thread(sink) for sink in sinks):
+        if sinks != self._checked:  # a sink was added: which run on the training thread?
+            self._checked = list(sinks)
+            self._some_on_training_thread = any(on_training_thread(sink) for sink in sinks)
+        if self._some_on_training_thread:
             for failure in self._fanout.deliver(record, training_thread=True):
                 self._say(failure)
         self._put(record)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
@@ -12,7 +11,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from ._build import build_window_record
@@ -604,10 +603,11 @@ class PerformanceListener:
     def _report_locked(self, last: WindowEntry) -> PerformanceRecord | None:
         """Close the window that ``last`` ends. Its record is built now, or, with a device timeline,
         once the device has done the window's work; returns the newest record built by this call."""
+        began = self._own_begin()
         try:
-            with self._own_work(new_window=True):
-                record = self._close_window(last)
+            record = self._close_window(last)
         finally:
+            self._own_end(began, new_window=True)
             self._reset_window(self._clock(), first=False)  # where the clock stood still: no gap
         self._say_deferred()
         return record
@@ -648,21 +648,20 @@ class PerformanceListener:
                                                    host.iteration, self._clock_shift()))
         return record
 
-    @contextlib.contextmanager
-    def _own_work(self, *, new_window: bool = False) -> Iterator[None]:
-        """trainperf's own work (a report, a poll of the device): the clock of every listener on this
-        clock and thread stands still for it, a collection that starts in it is not the user's, and
-        it is counted as overhead (of the window that starts now, when ``new_window``)."""
-        began = self._raw_clock()
-        own = self._user_clock.own
-        own.busy += 1
-        try:
-            yield
-        finally:
-            own.busy -= 1
-            if new_window:
-                self._overhead_s = 0.0
-            self._own_time(self._raw_clock() - began)
+    def _own_begin(self) -> float:
+        """trainperf's own work (a report, a poll of the device) begins; :meth:`_own_end` (in a
+        ``finally``) ends it. The clock of every listener on this clock and thread stands still for
+        it, a collection that starts in it is not the user's, and it is counted as overhead (of the
+        window that starts then, when ``new_window``). Two calls, not a context manager: this is
+        every report's path."""
+        self._user_clock.own.busy += 1
+        return self._raw_clock()
+
+    def _own_end(self, began: float, *, new_window: bool = False) -> None:
+        self._user_clock.own.busy -= 1
+        if new_window:
+            self._overhead_s = 0.0
+        self._own_time(self._raw_clock() - began)
 
     def _take_excluded(self, iterations: int) -> tuple[float, ...]:
         """Per iteration of the window just closed, the host seconds left out before it."""
@@ -685,8 +684,11 @@ class PerformanceListener:
             self._next_report = self._window_end
         if not done:
             return None
-        with self._own_work():
+        began = self._own_begin()
+        try:
             record = self._emit_all(done)
+        finally:
+            self._own_end(began)
         self._say_deferred()
         return record
 
@@ -832,8 +834,11 @@ class PerformanceListener:
                 self._score = self._timeline.stage(self._score)  # read after the wait below
             record = self._report_locked(self._window.pop())
         if self._pending is not None and len(self._pending):
-            with self._own_work():
+            began = self._own_begin()
+            try:
                 record = self._emit_all(self._drain()) or record
+            finally:
+                self._own_end(began)
             self._say_deferred()
         return record
 
