@@ -216,3 +216,61 @@ def test_the_score_is_the_loss_of_the_windows_last_step_when_asked(tmp_path, clo
                          accelerator="cpu", devices=1, max_epochs=1)
     trainer.fit(Costly(clock), torch.utils.data.DataLoader(ClockedData(clock, LOAD, 8), batch_size=None))
     assert [r.score for r in callback.history] == pytest.approx([losses[3], losses[7]])
+
+
+def test_a_plain_iterable_of_batches_trains_with_no_loader_to_time(tmp_path, clock):
+    """Lightning takes any iterable: with no DataLoader there is no fetch before training, and the
+    first window starts at on_train_start; the iterable's next() costs nothing."""
+
+    class Batches:
+        def __iter__(self):
+            return iter([(torch.ones(8, 4), torch.zeros(8, dtype=torch.long)) for _ in range(8)])
+
+    batches = Batches()
+    callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
+    trainer = pl.Trainer(callbacks=[callback, Spends(clock, "on_train_epoch_start", 0.002)], logger=False,
+                         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                         default_root_dir=tmp_path, accelerator="cpu", devices=1, max_epochs=1)
+    trainer.fit(Costly(clock), batches)
+    assert [split(r) for r in callback.history] == [(0.0, 7.0, 0.5, 7.5), (0.0, 7.0, 0.0, 7.0)]
+
+
+def test_validation_left_out_is_only_its_own_time_not_the_hooks_before_it(tmp_path, clock):
+    """3 ms of on_train_batch_end work, then validation (2 batches: 5 ms to load, 50 ms to run each)
+    after every 4th step: the 3 ms stay other time of the next step, every step's."""
+    val = torch.utils.data.DataLoader(ClockedData(clock, LOAD, 2), batch_size=None)
+    callback, _ = fit(clock, tmp_path, [Spends(clock, "on_train_batch_end", 0.003)],
+                      module=Costly(clock, val_s=0.050), val=val, val_check_interval=4, max_epochs=1)
+    assert [split(r) for r in callback.history] == [(5.0, 7.0, 2.25, 14.25), (5.0, 7.0, 3.0, 15.0)]
+
+
+def test_a_single_device_fit_has_no_rank_and_tells_the_listener_its_cpu_threads(tmp_path, clock, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    callback, _ = fit(clock, tmp_path, [], max_epochs=1)
+    assert [r.rank for r in callback.history] == [None, None]
+    assert callback.listener._step_threads == torch.get_num_threads()  # for the cpu-contention verdict
+
+
+def test_time_in_lightnings_own_collective_between_steps_is_summed(clock):
+    """Lightning 2.5+ broadcasts between steps whether rank 0 got SIGTERM; the callback times it
+    (waiting for a late rank 0 there is not host work) and unwraps it after the fit."""
+    from types import SimpleNamespace
+
+    calls: list[int] = []
+
+    class EpochLoop:
+        def _broadcast_sigterm_tensor(self):
+            clock.advance(0.004)
+            calls.append(1)
+            return "sent"
+
+    loop = EpochLoop()
+    trainer = SimpleNamespace(fit_loop=SimpleNamespace(epoch_loop=loop), __dict__={})
+    callback = PerformanceCallback(4, sinks=[], clock=clock)
+    callback._wrap_loop_collective(trainer)
+    clock.advance(1.0)
+    assert loop._broadcast_sigterm_tensor() == "sent" and loop._broadcast_sigterm_tensor() == "sent"
+    assert callback._loop_wait == pytest.approx(0.008, abs=1e-12) and len(calls) == 2
+    callback._unwrap(trainer)
+    assert "_broadcast_sigterm_tensor" not in vars(loop)
+    callback.listener.close()
