@@ -80,7 +80,7 @@ def build_window_record(
             previous=previous,
         ) if options.verdict else None
     mean_s = sum(durations) / n
-    record = build_record(dict(
+    record = build_record(
         iteration=host.iteration,
         window_iterations=n,
         window_s=window_s,
@@ -119,5 +119,5 @@ def build_window_record(
         speedup_if_data_free=speedup(base_s, data_free_s),
         speedup_if_gc_free=speedup(base_s, gc_free_s),
         **hardware,  # keys are checked against HARDWARE_FIELDS
-    ))
+    )
     return BuiltRecord(record, data_free_s, gc_free_s)
