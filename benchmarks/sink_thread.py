@@ -2,7 +2,10 @@
 in one run, on the same loops.
 
 * ``report``: the training thread's time per report (``record_iteration`` on a report iteration,
-  minus a non-report one) with the default logging sink (to a file handler) and a JSON-lines sink;
+  minus a non-report one) with the default logging sink (to a file handler) and a JSON-lines sink,
+  twice: back to back (every call reports, so the writer thread competes with the training thread
+  for the interpreter all along), and with 1 ms between reports in which the training thread does
+  not hold the interpreter (as in a step that runs in torch's kernels): each report timed alone;
 * ``slow sink``: a loop of 1 ms steps reporting every 10 iterations to a sink that takes 20 ms,
   against the same loop with no listener: how much longer the loop takes.
 
@@ -30,8 +33,9 @@ def spin(seconds: float) -> None:
         pass
 
 
-def report_cost(sink_thread: bool, folder: Path, reports: int) -> float:
-    """Microseconds of the training thread per report (frequency 1, so every call reports)."""
+def report_cost(sink_thread: bool, folder: Path, reports: int, gap_s: float = 0.0) -> float:
+    """Microseconds of the training thread per report (frequency 1, so every call reports), less a
+    non-report call's; with ``gap_s``, each call is timed alone and ``gap_s`` of sleep follows it."""
     logger = logging.getLogger(f"bench.{sink_thread}")
     logger.handlers[:] = [logging.FileHandler(folder / f"log-{sink_thread}.txt")]
     logger.propagate = False
@@ -42,14 +46,30 @@ def report_cost(sink_thread: bool, folder: Path, reports: int) -> float:
         for _ in range(20):
             listener.record_iteration(samples=8)
         listener.flush()
-        began = time.perf_counter()
-        for _ in range(reports):
-            listener.record_iteration(samples=8)
-        took = time.perf_counter() - began
+        took = _timed_calls(listener, reports, gap_s)
         listener.close()
     for handler in logger.handlers:
         handler.close()
-    return 1e6 * took / reports
+    plain = PerformanceListener(reports + 1, sinks=[], report_hardware=False, history=None)
+    plain.record_iteration(samples=8)
+    floor = _timed_calls(plain, reports, gap_s)
+    plain.close()
+    return 1e6 * (took - floor) / reports
+
+
+def _timed_calls(listener: PerformanceListener, calls: int, gap_s: float) -> float:
+    if not gap_s:
+        began = time.perf_counter()
+        for _ in range(calls):
+            listener.record_iteration(samples=8)
+        return time.perf_counter() - began
+    took = 0.0
+    for _ in range(calls):
+        began = time.perf_counter()
+        listener.record_iteration(samples=8)
+        took += time.perf_counter() - began
+        time.sleep(gap_s)
+    return took
 
 
 def slow_sink_loop(listener: PerformanceListener | None, steps: int) -> float:
@@ -72,12 +92,13 @@ def main() -> None:
     rounds, reports, steps = (3, 500, 100) if args.quick else (7, 2000, 300)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        cost: dict[bool, list[float]] = {True: [], False: []}
-        for _ in range(rounds):
-            for threaded in (False, True):
-                cost[threaded].append(report_cost(threaded, folder, reports))
-    print(f"report (logging + JSON lines), training thread per report: inline {statistics.median(cost[False]):.1f} us, "
-          f"writer thread {statistics.median(cost[True]):.1f} us")
+        for gap_s, how in ((0.0, "back to back"), (0.001, "1 ms apart")):
+            cost: dict[bool, list[float]] = {True: [], False: []}
+            for _ in range(rounds):
+                for threaded in (False, True):
+                    cost[threaded].append(report_cost(threaded, folder, reports // 4 if gap_s else reports, gap_s))
+            print(f"report (logging + JSON lines), {how}, training thread per report: inline "
+                  f"{statistics.median(cost[False]):.1f} us, writer thread {statistics.median(cost[True]):.1f} us")
     loops: dict[str, list[float]] = {"bare": [], "inline": [], "thread": []}
     for _ in range(rounds):
         loops["bare"].append(slow_sink_loop(None, steps))
