@@ -40,6 +40,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ranks/_gather.py": ("tests/test_gather.py",),
     "_own_time.py": ("tests/test_own_time.py", "tests/test_attribution.py"),
     "_build.py": ("tests/test_build.py",),
+    "_open_window.py": ("tests/test_open_window.py", "tests/test_attribution.py", "tests/test_collective.py"),
     "_totals.py": ("tests/test_totals.py",),
     "_notices.py": ("tests/test_notices.py",),
     "_collections.py": ("tests/test_collections.py",),

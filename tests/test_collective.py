@@ -113,6 +113,6 @@ def test_no_host_wait_is_recorded_on_cuda(group):
     assert not timer.host_waits
     timer._last_ready, timer._forward_end = 2.0, 1.0
     timer._on_backward_end()
-    assert "wait" not in listener._times and listener._times["backward"] == pytest.approx(1.0)
+    assert "wait" not in listener._open._times and listener._open._times["backward"] == pytest.approx(1.0)
     timer.stop()
     listener.close()

@@ -6,7 +6,6 @@ import functools
 import math
 import os
 import socket
-import statistics
 import threading
 import time
 import warnings
@@ -22,6 +21,7 @@ from ._emit import Emitter
 from ._gc import GCMonitor
 from ._hardware import Probe, process_probe, read_probes
 from ._notices import Advisor, BottleneckWarning, Notices
+from ._open_window import OpenWindow
 from ._options import ListenerOptions
 from ._own_time import Ledger, LedgerKey, UserClock, acquire, release
 from ._process import bad_iteration, env_rank, iteration_error, usable_cores, user_stacklevel
@@ -203,17 +203,13 @@ class PerformanceListener:
         self._lock = threading.RLock()
         self._timeline: DeviceTimeline | None = None
         self._pending: PendingWindows | None = None
-        self._excluded: dict[int, float] = {}  # iteration index -> host seconds left out before it
         self._probes: list[Probe] = []
         self._loader_workers: Callable[[], Collection[int]] = tuple  # no loader workers known
         if self.report_hardware:
             probe = process_probe(lambda: self._loader_workers())
             if probe is not None:
                 self._probes.append(probe)
-        self._window_end = 0
-        self._first_iteration = 1
-        self._times: dict[str, float] = {}
-        self._samples: dict[str, list[float]] = {}  # per-iteration values of add_sample, this window
+        self._open = OpenWindow()
         self._previous_verdict: str | None = None
         self._cores = usable_cores()
         self._step_threads: int | None = None
@@ -223,11 +219,7 @@ class PerformanceListener:
         self._explicit_source = "given"
         self._count = 0
         self._totals = RunTotals()
-        self._window: list[WindowEntry] = []
-        self._score: Any = None
-        self._window_start = 0.0
         self._next_report = 0
-        self._warmup = True
         self._run_dir = open_run_dir(run_dir, self.rank, clock, wall_clock)  # offset to the raw clock
         if self._run_dir is not None:
             self._emitter.sinks.append(self._run_dir[0])
@@ -372,22 +364,16 @@ class PerformanceListener:
         """Add ``seconds`` of a named part of the current window's iterations (``"forward"``, say);
         records carry the mean per iteration as ``extra["<name>_ms"]``. Adapters call it only for
         parts they were asked to time (the forward pass in a distributed run)."""
-        times = self._times
-        times[name] = times.get(name, 0.0) + seconds
+        self._open.add_time(name, seconds)
 
     def add_sample(self, name: str, seconds: float) -> None:
         """Like :meth:`add_time`, for a part timed once per iteration: records also carry the
         window's median as ``extra["<name>_p50_ms"]``, which one slow iteration does not move."""
-        times = self._times
-        times[name] = times.get(name, 0.0) + seconds
-        samples = self._samples.get(name)
-        if samples is None:
-            samples = self._samples[name] = []
-        samples.append(seconds)
+        self._open.add_sample(name, seconds)
 
     def set_score(self, score: Any) -> None:
         """Remember the latest loss; it is converted with ``float()`` only when a window is reported."""
-        self._score = score
+        self._open.score = score
 
     def record_iteration(
         self,
@@ -449,11 +435,11 @@ class PerformanceListener:
         elif started is not None:  # a reading of the raw clock: onto the clock the window is measured with
             started = self._user_clock.at(started)
         if score is not None:
-            self._score = score
+            self._open.score = score
         count = self._count + 1
         self._count = count
         if count < self._next_report:
-            self._window.append((self._clock(), etl, started, samples, batches, other, steps, skipped))
+            self._open.entries.append((self._clock(), etl, started, samples, batches, other, steps, skipped))
             if self._timeline is not None:
                 self._timeline.end()
             return None
@@ -479,7 +465,7 @@ class PerformanceListener:
         count = self._count + 1
         self._count = count
         if count < self._next_report:
-            self._window.append((now, etl, started, samples, batches, other, steps, skipped))
+            self._open.entries.append((now, etl, started, samples, batches, other, steps, skipped))
             if self._timeline is not None:
                 self._timeline.end()
             return None
@@ -541,11 +527,10 @@ class PerformanceListener:
             return
         # Never more than has passed since the last iteration ended: the clock must not run backwards
         # past a time already recorded.
-        last = self._window[-1][0] if self._window else self._window_start
         now = self._clock()
-        seconds = min(seconds, max(0.0, now - last))
+        seconds = min(seconds, max(0.0, now - self._open.last_end))
         if self._timeline is not None:  # the device's work then is not idle time of the next iteration
-            self._excluded[self._count] = self._excluded.get(self._count, 0.0) + seconds
+            self._open.exclude_before(self._count, seconds)
         if self._gc is not None:  # collections in that time are left out with it
             self._gc.forget_since(now - seconds)
         self._left_out.total += seconds
@@ -556,7 +541,7 @@ class PerformanceListener:
         self._user_clock.own.add(seconds, self._raw_clock())
         self._overhead_s += seconds
         if self._timeline is not None:  # nor is the device's idle time then the next iteration's
-            self._excluded[self._count] = self._excluded.get(self._count, 0.0) + seconds
+            self._open.exclude_before(self._count, seconds)
 
     def _move_ledger(self) -> None:
         """The thread that records is not the one that built the listener: trainperf's own time is
@@ -574,29 +559,26 @@ class PerformanceListener:
 
     # ------------------------------------------------------------------ reporting
     def _reset_window(self, now: float, *, first: bool) -> None:
-        self._window_start = now
-        self._window = []
-        self._score = None
-        self._window_end = self._count + self.frequency
+        window = self._open
+        window.reset(now, self._count, self.frequency, first=first)
         # While windows wait for the device, every iteration takes the report path to poll it.
-        self._next_report = self._count + 1 if self._pending else self._window_end
-        self._first_iteration = self._count + 1
-        self._warmup = first
+        self._next_report = self._count + 1 if self._pending else window.end
 
     def _report(self, last: WindowEntry) -> PerformanceRecord | None:
         with self._lock:  # another thread's first call waits for a report to end
-            closes = not (self._count < self._window_end or last[0] < self._window_start)
+            window = self._open
+            closes = not (self._count < window.end or last[0] < window.start)
             timeline = self._timeline
             if timeline is not None:
-                if closes and self.report_score and self._score is not None:
+                if closes and self.report_score and window.score is not None:
                     # Copied to the host behind the step's work; read once the end event completed.
-                    self._score = timeline.stage(self._score)
+                    window.score = timeline.stage(window.score)
                 timeline.end()
             if not closes:
                 # An iteration polling windows that wait for the device; or one that passed the
                 # unlocked check just before a second thread took over and reported the window it
                 # would have closed: it joins the next window instead.
-                self._window.append((max(last[0], self._window_start), *last[1:]))
+                window.entries.append((max(last[0], window.start), *last[1:]))
                 return self._poll_pending()
             return self._report_locked(last)
 
@@ -613,28 +595,29 @@ class PerformanceListener:
         return record
 
     def _close_window(self, last: WindowEntry) -> PerformanceRecord | None:
-        window_start = self._window_start
-        window = self._window
+        open_window = self._open
+        window_start = open_window.start
+        window = open_window.entries
         window.append(last)
         figures = window_figures(window_start, window, pauses=self._collections.take_pauses())
         gc_stats, _ = self._collections.read(self._notices.once)
         host = HostWindow(
-            first_iteration=self._first_iteration,
+            first_iteration=open_window.first_iteration,
             iteration=self._count,
             figures=figures,
-            warmup=self._warmup,
+            warmup=open_window.warmup,
             timestamp=self._wall_clock(),
             gc=gc_stats,
             gc_s=figures.gc_s,
-            score=self._score,
+            score=open_window.score,
             epoch=self.epoch,
             rank=self.rank,
             device=self.device,
             overhead_s=self._overhead_s,
-            times=self._take_times(figures.iterations),
+            times=open_window.take_times(figures.iterations),
             etl_source=self._etl_source(figures),
             hardware=read_probes(self._probes, self._notices.once) if self._probes else {},
-            excluded=self._take_excluded(figures.iterations),
+            excluded=open_window.take_excluded(self._count, figures.iterations),
         )
         pending = self._pending
         record: PerformanceRecord | None
@@ -663,25 +646,16 @@ class PerformanceListener:
             self._overhead_s = 0.0
         self._own_time(self._raw_clock() - began)
 
-    def _take_excluded(self, iterations: int) -> tuple[float, ...]:
-        """Per iteration of the window just closed, the host seconds left out before it."""
-        if not self._excluded:
-            return ()
-        first = self._count - iterations
-        out = tuple(self._excluded.pop(i, 0.0) for i in range(first, self._count))
-        self._excluded = {i: s for i, s in self._excluded.items() if i >= self._count}
-        return out
-
     def _poll_pending(self) -> PerformanceRecord | None:
         """Build the records of windows whose device work has completed; called with the lock held
         on the iterations after a window closed, while some wait. Its cost is left out of the window."""
         pending = self._pending
         if pending is None:
-            self._next_report = self._window_end
+            self._next_report = self._open.end
             return None
         done = pending.poll()
         if not pending:
-            self._next_report = self._window_end
+            self._next_report = self._open.end
         if not done:
             return None
         began = self._own_begin()
@@ -696,7 +670,7 @@ class PerformanceListener:
         """Every window still waiting for the device, after waiting for it once (end of training)."""
         pending = self._pending
         done = pending.drain() if pending is not None and len(pending) else []
-        self._next_report = self._window_end
+        self._next_report = self._open.end
         return done
 
     def _emit_all(self, done: list[tuple[HostWindow, DeviceWindow]]) -> PerformanceRecord | None:
@@ -743,17 +717,6 @@ class PerformanceListener:
         of CPU models say it): with it, ``cpu-contention`` also needs the step to get clearly less
         CPU than its compute needed."""
         self._step_threads = check_int("threads", threads, minimum=1, optional=True)
-
-    def _take_times(self, n: int) -> dict[str, float]:
-        if not self._times:
-            return {}
-        times, self._times = self._times, {}
-        out = {f"{name}_ms": 1000.0 * seconds / n for name, seconds in times.items()}
-        if self._samples:
-            samples, self._samples = self._samples, {}
-            for name, values in samples.items():
-                out[f"{name}_p50_ms"] = 1000.0 * statistics.median(values)
-        return out
 
     def _etl_source(self, figures: WindowFigures) -> str:
         if figures.etl_from_gap == 0:
@@ -829,10 +792,11 @@ class PerformanceListener:
         if self._closed:
             return None
         record = None
-        if self._window:
-            if self._timeline is not None and self.report_score and self._score is not None:
-                self._score = self._timeline.stage(self._score)  # read after the wait below
-            record = self._report_locked(self._window.pop())
+        window = self._open
+        if window.entries:
+            if self._timeline is not None and self.report_score and window.score is not None:
+                window.score = self._timeline.stage(window.score)  # read after the wait below
+            record = self._report_locked(window.entries.pop())
         if self._pending is not None and len(self._pending):
             began = self._own_begin()
             try:
