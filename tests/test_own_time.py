@@ -159,3 +159,55 @@ def test_a_ledger_released_twice_does_not_hold_up_the_releases_queued_after_it()
         release(second)
     assert ledgers_in_use() == before
 
+
+
+def test_a_listeners_own_time_stops_its_clock_and_counts_as_the_windows_overhead():
+    from trainperf._own_time import OwnTime
+
+    raw = Raw()
+    own = OwnTime(raw)
+    read = own.clock.read
+    raw.now = 101.0
+    began = own.begin()
+    assert own.clock.own.busy == 1
+    raw.now = 101.25
+    assert own.end(began) == 0.25 and own.clock.own.busy == 0
+    assert read() == 101.0 and own.overhead_s == 0.25
+    began = own.begin()
+    raw.now = 101.75
+    own.end(began, new_window=True)  # the report that closed a window: the next one's overhead starts here
+    assert read() == 101.0 and own.overhead_s == 0.5
+    raw.now = 102.0
+    own.leave_out(0.125)
+    assert read() == 101.125
+    own.close()
+
+
+def test_own_time_moves_to_the_thread_that_trains_without_a_jump_and_gives_its_ledgers_back():
+    from trainperf._own_time import OwnTime
+
+    before = ledgers_in_use()
+    raw = Raw()
+    own = OwnTime(raw)
+    own.end(own.begin() - 0.5)  # half a second of own time on the building thread
+    assert own.clock.read() == 99.5
+    moved: list[float] = []
+
+    def train() -> None:
+        own.move_to_this_thread()
+        moved.append(own.clock.read())
+        own.end(own.begin() - 0.25)
+        moved.append(own.clock.read())
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    thread.join()
+    assert moved == [99.5, 99.25]
+    assert ledgers_in_use() == before + 1  # the building thread's was given back
+    own.close()
+    own.close()
+    assert ledgers_in_use() == before
+    dropped = OwnTime(Raw())
+    assert ledgers_in_use() == before + 1
+    del dropped
+    assert ledgers_in_use() == before

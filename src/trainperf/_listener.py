@@ -23,7 +23,7 @@ from ._hardware import Probe, process_probe, read_probes
 from ._notices import Advisor, BottleneckWarning, Notices
 from ._open_window import OpenWindow
 from ._options import ListenerOptions
-from ._own_time import Ledger, LedgerKey, UserClock, acquire, release
+from ._own_time import OwnTime, UserClock
 from ._process import bad_iteration, env_rank, iteration_error, usable_cores, user_stacklevel
 from ._record import PerformanceRecord
 from ._summary import RunSummary
@@ -63,12 +63,6 @@ def _nothing() -> None:
 def _say_sink(message: str) -> None:
     warnings.warn(message if message.startswith("trainperf") else f"trainperf: {message}", SinkError,
                   stacklevel=user_stacklevel())
-
-
-def _release_ledger(key: list[LedgerKey | None]) -> None:
-    if key[0] is not None:
-        release(key[0])
-        key[0] = None
 
 
 class PerformanceListener:
@@ -171,15 +165,10 @@ class PerformanceListener:
                 raise TypeError(f"sinks must be callables taking a record, got {sink!r}")
         self.history = MemorySink(options.history)
         self._emitter = Emitter(sink_list, strict=self.strict, inline=not options.sink_thread, say=_say_sink)
-        self._raw_clock = clock
         # The clock of every figure: it stands still while trainperf works (see _own_time). Its
         # ledger is the one of the thread that trains: this one until another records.
-        self._ledger_thread = threading.get_ident()
-        key, own = acquire(clock, self._ledger_thread)
-        self._ledger_key: list[LedgerKey | None] = [key]
-        self._ledger_release = weakref.finalize(self, _release_ledger, self._ledger_key)
-        self._left_out = Ledger()  # what the user left out with exclude()
-        self._user_clock = UserClock(clock, own, self._left_out)
+        self._own = OwnTime(clock)
+        self._user_clock = self._own.clock
         self._clock = self._user_clock.read
         self._wall_clock = wall_clock
         self.rank = rank if rank is not None else env_rank()
@@ -198,7 +187,6 @@ class PerformanceListener:
         self._on_close: list[Callable[[], None]] = []
 
         self._owner: int | None = None  # the thread that records; None until the first call
-        self._overhead_s = 0.0
         self._shared = False
         self._lock = threading.RLock()
         self._timeline: DeviceTimeline | None = None
@@ -337,7 +325,7 @@ class PerformanceListener:
             raise TypeError(f"at must be a finite reading of the listener's clock or None, got {at!r}")
         self._collections.restart()
         if self._owner is None:  # the thread that starts training is the one that trains
-            self._move_ledger()
+            self._own.move_to_this_thread()
         with self._lock:
             self._emit_all(self._drain())
         now = self._clock()
@@ -492,7 +480,7 @@ class PerformanceListener:
                 if error is not None:
                     raise error
                 self._owner = _get_ident()
-                self._move_ledger()
+                self._own.move_to_this_thread()
                 return self.record_iteration(samples, batches, etl, score, started, other, steps, skipped)
             self._share()
             self._owner = _get_ident()  # the lock's holder takes the plain path for this one call
@@ -533,29 +521,7 @@ class PerformanceListener:
             self._open.exclude_before(self._count, seconds)
         if self._gc is not None:  # collections in that time are left out with it
             self._gc.forget_since(now - seconds)
-        self._left_out.total += seconds
-
-    def _own_time(self, seconds: float) -> None:
-        """``seconds`` of trainperf's own work just passed: every listener on this clock and thread
-        leaves them out."""
-        self._user_clock.own.add(seconds, self._raw_clock())
-        self._overhead_s += seconds
-        if self._timeline is not None:  # nor is the device's idle time then the next iteration's
-            self._open.exclude_before(self._count, seconds)
-
-    def _move_ledger(self) -> None:
-        """The thread that records is not the one that built the listener: trainperf's own time is
-        counted on its ledger from now on."""
-        thread = threading.get_ident()
-        if thread == self._ledger_thread:
-            return
-        key, own = acquire(self._raw_clock, thread)
-        self._user_clock.move(own)
-        old = self._ledger_key[0]
-        self._ledger_key[0] = key
-        self._ledger_thread = thread
-        if old is not None:
-            release(old)
+        self._own.leave_out(seconds)
 
     # ------------------------------------------------------------------ reporting
     def _reset_window(self, now: float, *, first: bool) -> None:
@@ -585,7 +551,7 @@ class PerformanceListener:
     def _report_locked(self, last: WindowEntry) -> PerformanceRecord | None:
         """Close the window that ``last`` ends. Its record is built now, or, with a device timeline,
         once the device has done the window's work; returns the newest record built by this call."""
-        began = self._own_begin()
+        began = self._own.begin()
         try:
             record = self._close_window(last)
         finally:
@@ -613,7 +579,7 @@ class PerformanceListener:
             epoch=self.epoch,
             rank=self.rank,
             device=self.device,
-            overhead_s=self._overhead_s,
+            overhead_s=self._own.overhead_s,
             times=open_window.take_times(figures.iterations),
             etl_source=self._etl_source(figures),
             hardware=read_probes(self._probes, self._notices.once) if self._probes else {},
@@ -631,20 +597,12 @@ class PerformanceListener:
                                                    host.iteration, self._clock_shift()))
         return record
 
-    def _own_begin(self) -> float:
-        """trainperf's own work (a report, a poll of the device) begins; :meth:`_own_end` (in a
-        ``finally``) ends it. The clock of every listener on this clock and thread stands still for
-        it, a collection that starts in it is not the user's, and it is counted as overhead (of the
-        window that starts then, when ``new_window``). Two calls, not a context manager: this is
-        every report's path."""
-        self._user_clock.own.busy += 1
-        return self._raw_clock()
-
     def _own_end(self, began: float, *, new_window: bool = False) -> None:
-        self._user_clock.own.busy -= 1
-        if new_window:
-            self._overhead_s = 0.0
-        self._own_time(self._raw_clock() - began)
+        """trainperf's own work begun at ``began`` (:meth:`OwnTime.begin`) ended: on a device, its
+        idle time then is not the next iteration's either."""
+        seconds = self._own.end(began, new_window=new_window)
+        if self._timeline is not None:
+            self._open.exclude_before(self._count, seconds)
 
     def _poll_pending(self) -> PerformanceRecord | None:
         """Build the records of windows whose device work has completed; called with the lock held
@@ -658,7 +616,7 @@ class PerformanceListener:
             self._next_report = self._open.end
         if not done:
             return None
-        began = self._own_begin()
+        began = self._own.begin()
         try:
             record = self._emit_all(done)
         finally:
@@ -772,7 +730,7 @@ class PerformanceListener:
             self._closed = True
             self._owner = _CLOSED
             self._emitter.flush()  # what the close callbacks (a cluster link) read has reached its sinks
-            self._ledger_release()
+            self._own.close()
             self._gc_finalizer.detach()
             if self._gc is not None:
                 self._gc.uninstall()
@@ -798,7 +756,7 @@ class PerformanceListener:
                 window.score = self._timeline.stage(window.score)  # read after the wait below
             record = self._report_locked(window.entries.pop())
         if self._pending is not None and len(self._pending):
-            began = self._own_begin()
+            began = self._own.begin()
             try:
                 record = self._emit_all(self._drain()) or record
             finally:

@@ -14,6 +14,7 @@ end), so it agrees with the listener without doing anything of its own.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 
@@ -138,3 +139,71 @@ class UserClock:
         """This clock's reading for ``raw``, a reading of the raw clock taken a little earlier: the
         own time added since it is not taken off."""
         return raw - self.own.total_at(raw) - self.offset.total
+
+
+class OwnTime:
+    """One listener's side of trainperf's own time: its :class:`UserClock`, the ledger of the thread
+    that trains (acquired here, moved when another thread records, released on :meth:`close` or
+    when this object is dropped), the time the user left out, and the own time of the window now open.
+
+    Args:
+        raw: the monotonic clock the listener was given.
+    """
+
+    __slots__ = ("raw", "clock", "thread", "overhead_s", "_key", "_release", "__weakref__")
+
+    def __init__(self, raw: Callable[[], float]) -> None:
+        self.raw = raw
+        self.thread = threading.get_ident()
+        key, own = acquire(raw, self.thread)
+        self._key: list[LedgerKey | None] = [key]
+        self._release = weakref.finalize(self, _release_once, self._key)
+        self.clock = UserClock(raw, own, Ledger())
+        #: trainperf's own seconds since the open window began.
+        self.overhead_s = 0.0
+
+    def move_to_this_thread(self) -> None:
+        """The thread that records is not the one that built the listener: trainperf's own time is
+        counted on its ledger from now on."""
+        thread = threading.get_ident()
+        if thread == self.thread:
+            return
+        key, own = acquire(self.raw, thread)
+        self.clock.move(own)
+        old = self._key[0]
+        self._key[0] = key
+        self.thread = thread
+        if old is not None:
+            release(old)
+
+    def begin(self) -> float:
+        """trainperf's own work (a report, a poll of the device) begins: the raw clock's reading, for
+        :meth:`end` (in a ``finally``). A collection that starts before that end is not the user's."""
+        self.clock.own.busy += 1
+        return self.raw()
+
+    def end(self, began: float, *, new_window: bool = False) -> float:
+        """The work begun at ``began`` ended: every listener on this clock and thread leaves it out,
+        and it is counted as overhead (of the window that starts now, when ``new_window``). Returns
+        its seconds."""
+        self.clock.own.busy -= 1
+        if new_window:
+            self.overhead_s = 0.0
+        seconds = self.raw() - began
+        self.clock.own.add(seconds, self.raw())
+        self.overhead_s += seconds
+        return seconds
+
+    def leave_out(self, seconds: float) -> None:
+        """``seconds`` the user asked to leave out (they just passed)."""
+        self.clock.offset.total += seconds
+
+    def close(self) -> None:
+        """Give the ledger back (idempotent)."""
+        self._release()
+
+
+def _release_once(key: list[LedgerKey | None]) -> None:
+    if key[0] is not None:
+        release(key[0])
+        key[0] = None
