@@ -13,7 +13,6 @@ import weakref
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from ._build import build_window_record
 from ._check import check_callable, check_int, check_seconds, check_str
 from ._collections import Collections, Collector
 from ._deferred import HostWindow, PendingWindows
@@ -25,10 +24,10 @@ from ._open_window import OpenWindow
 from ._options import ListenerOptions
 from ._own_time import OwnTime, UserClock
 from ._process import bad_iteration, env_rank, iteration_error, usable_cores, user_stacklevel
+from ._publish import Publisher
 from ._record import PerformanceRecord
 from ._summary import RunSummary
 from ._timeline import DeviceTimeline, DeviceWindow
-from ._totals import RunTotals
 from ._verdict import (
     GC_BOUND_SHARE,
     INPUT_BOUND_SHARE,
@@ -184,6 +183,8 @@ class PerformanceListener:
         self._gc_finalizer = weakref.finalize(self, self._gc.uninstall if self._gc is not None else _nothing)
         self._collections = Collections(self._gc)
         self._notices = Notices()
+        self._publisher = Publisher(options, self.history, self._emitter, self._notices, host_name=self.host,
+                                    pid=self.pid)
         self._on_close: list[Callable[[], None]] = []
 
         self._owner: int | None = None  # the thread that records; None until the first call
@@ -198,7 +199,6 @@ class PerformanceListener:
             if probe is not None:
                 self._probes.append(probe)
         self._open = OpenWindow()
-        self._previous_verdict: str | None = None
         self._cores = usable_cores()
         self._step_threads: int | None = None
         self._closed = False
@@ -206,7 +206,6 @@ class PerformanceListener:
         self._pending_etl = 0.0
         self._explicit_source = "given"
         self._count = 0
-        self._totals = RunTotals()
         self._next_report = 0
         self._run_dir = open_run_dir(run_dir, self.rank, clock, wall_clock)  # offset to the raw clock
         if self._run_dir is not None:
@@ -638,28 +637,8 @@ class PerformanceListener:
         return record
 
     def _emit(self, host: HostWindow, device: DeviceWindow | None) -> PerformanceRecord:
-        """Build the record of a window from its host side and, on an asynchronous device, its
-        device side, and send it to every sink."""
         cpu = self._cpu_load(host.hardware, host.figures) if device is None and self.verdict else None
-        built = build_window_record(host, device, self.options, host_name=self.host, pid=self.pid,
-                                    previous=self._previous_verdict, cpu=cpu)
-        record, figures, hardware = built.record, host.figures, host.hardware
-        verdict = record.verdict
-        if hardware:
-            self._notices.workers_cpu_pct = hardware.get("workers_cpu_pct")
-        self._totals.add(record, etl_s=figures.etl_s, other_s=figures.other_s, gc_s=host.gc_s,
-                         data_free_s=built.data_free_s, gc_free_s=built.gc_free_s,
-                         device_window_s=device.window_s if device is not None else None,
-                         device_idle_s=device.idle_s if device is not None else 0.0)
-        if figures.samples is None and self.report_sample:
-            self._notices.once("could not find the batch size; samples/sec is left out for this run")
-        if verdict is not None and not record.warmup:  # the warm-up's start-up costs set no precedent
-            self._previous_verdict = verdict.kind
-            if verdict.kind != "fine" and self._totals.persists(verdict.kind):
-                self._notices.bottleneck(verdict)
-        self.history(record)
-        self._emitter.deliver(record)  # inline: every sink gets the record before a SinkError can leave
-        return record
+        return self._publisher.publish(host, device, cpu)
 
     def _cpu_load(self, hardware: dict[str, float | None], figures: WindowFigures) -> CpuLoad | None:
         """The window's CPU use, when the host probe read it and the loader has workers."""
@@ -694,7 +673,7 @@ class PerformanceListener:
     def summary(self) -> RunSummary:
         """Time split (data wait / compute / GC) over every reported window after warm-up, with the
         top recommendations."""
-        return self._totals.summary(thresholds=self.thresholds, total_iterations=self._count, fixes=self.fixes_for)
+        return self._publisher.summary(self._count, self.fixes_for)
 
     # ------------------------------------------------------------------ teardown
     def flush(self) -> PerformanceRecord | None:
