@@ -143,9 +143,9 @@ def test_loop_work_between_steps_is_other_and_the_report_is_not(clock):
 
 # -- 2. GC once ----------------------------------------------------------------------------------------
 def gc_pause(lst, clock, seconds):
-    lst._gc("start", {})
+    lst._readings.gc("start", {})
     clock.advance(seconds)
-    lst._gc("stop", {"generation": 2})
+    lst._readings.gc("stop", {"generation": 2})
 
 
 def test_gc_between_steps_is_gc_once_not_other_too(clock):
@@ -386,9 +386,9 @@ def test_loader_workers_filling_the_cores_is_cpu_contention_with_its_fix():
 
 
 def test_the_listener_judges_contention_from_its_probe_and_its_loaders_workers(clock, monkeypatch):
-    import trainperf._listener
+    import trainperf._readings
 
-    monkeypatch.setattr(trainperf._listener, "usable_cores", lambda: 2)
+    monkeypatch.setattr(trainperf._readings, "usable_cores", lambda: 2)
     lst = listener(clock, frequency=5, report_hardware=False)
     lst.add_probe(lambda: {"cpu_pct": 100.0, "workers_cpu_pct": 45.0})
     lst.set_loader_workers(lambda: {11, 12})
@@ -623,7 +623,7 @@ def test_the_loaders_workers_are_the_ones_that_count():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(8, 4)), batch_size=4, num_workers=1)
     for (x,) in data:
-        seen.append(set(lst._loader_workers()))
+        seen.append(set(lst._readings.loader_workers()))
         model(x).sum().backward()
         opt.step()
     lst.close()

@@ -248,7 +248,7 @@ def test_a_single_device_fit_has_no_rank_and_tells_the_listener_its_cpu_threads(
     monkeypatch.delenv("RANK", raising=False)
     callback, _ = fit(clock, tmp_path, [], max_epochs=1)
     assert [r.rank for r in callback.history] == [None, None]
-    assert callback.listener._step_threads == torch.get_num_threads()  # for the cpu-contention verdict
+    assert callback.listener._readings.step_threads == torch.get_num_threads()  # for the cpu-contention verdict
 
 
 def test_time_in_lightnings_own_collective_between_steps_is_summed(clock):

@@ -294,9 +294,9 @@ def test_summary_shows_every_bottleneck_with_its_share_fixes_and_verdict_counts(
         warnings.simplefilter("ignore")
         for _ in range(20):
             clock.advance(0.040)
-            lst._gc("start", {})  # a GC pause of 15 ms in each 100 ms iteration, inside the step
+            lst._readings.gc("start", {})  # a GC pause of 15 ms in each 100 ms iteration, inside the step
             clock.advance(0.015)
-            lst._gc("stop", {"generation": 0})
+            lst._readings.gc("stop", {"generation": 0})
             clock.advance(0.045)
             lst.record_iteration(samples=8, etl=0.045)
     summary = lst.summary()

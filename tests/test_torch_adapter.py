@@ -533,7 +533,7 @@ def test_a_cpu_model_tells_the_listener_its_step_threads_and_no_collective_timin
     handle = attach(model, lst)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sgd_step(model, opt, torch.ones(8, 4))
-    assert lst._step_threads == torch.get_num_threads()
+    assert lst._readings.step_threads == torch.get_num_threads()
     assert handle._collective is None and handle._collective_pending is False
     handle.detach()
 

@@ -9,22 +9,21 @@ import socket
 import threading
 import time
 import warnings
-import weakref
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from ._check import check_callable, check_int, check_seconds, check_str
-from ._collections import Collections, Collector
+from ._collections import Collector
 from ._deferred import HostWindow, PendingWindows
 from ._emit import Emitter
-from ._gc import GCMonitor
-from ._hardware import Probe, process_probe, read_probes
+from ._hardware import Probe
 from ._notices import Advisor, BottleneckWarning, Notices
 from ._open_window import OpenWindow
 from ._options import ListenerOptions
 from ._own_time import OwnTime, UserClock
-from ._process import bad_iteration, env_rank, iteration_error, usable_cores, user_stacklevel
+from ._process import bad_iteration, env_rank, iteration_error, user_stacklevel
 from ._publish import Publisher
+from ._readings import HostReadings
 from ._record import PerformanceRecord
 from ._summary import RunSummary
 from ._timeline import DeviceTimeline, DeviceWindow
@@ -32,7 +31,6 @@ from ._verdict import (
     GC_BOUND_SHARE,
     INPUT_BOUND_SHARE,
     LOOP_BOUND_SHARE,
-    CpuLoad,
 )
 from ._window import WindowEntry, WindowFigures, window_figures
 from .ranks._spans import open_run_dir, write_spans
@@ -53,10 +51,6 @@ _get_ident = threading.get_ident
 _SHARED = -1
 #: ``_owner`` once the listener is closed: every call takes the slow path, which refuses it.
 _CLOSED = -2
-
-
-def _nothing() -> None:
-    return None
 
 
 def _say_sink(message: str) -> None:
@@ -176,12 +170,8 @@ class PerformanceListener:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         user_clock = self._user_clock
-        self._gc = GCMonitor(self._clock, skip=lambda: user_clock.own.busy > 0) if report_gc else None
-        if self._gc is not None:
-            self._gc.install()
-        # A listener dropped without close() leaves no gc.callbacks entry behind.
-        self._gc_finalizer = weakref.finalize(self, self._gc.uninstall if self._gc is not None else _nothing)
-        self._collections = Collections(self._gc)
+        self._readings = HostReadings(self._clock, report_gc=report_gc, report_hardware=self.report_hardware,
+                                      skip_gc=lambda: user_clock.own.busy > 0)
         self._notices = Notices()
         self._publisher = Publisher(options, self.history, self._emitter, self._notices, host_name=self.host,
                                     pid=self.pid)
@@ -192,15 +182,7 @@ class PerformanceListener:
         self._lock = threading.RLock()
         self._timeline: DeviceTimeline | None = None
         self._pending: PendingWindows | None = None
-        self._probes: list[Probe] = []
-        self._loader_workers: Callable[[], Collection[int]] = tuple  # no loader workers known
-        if self.report_hardware:
-            probe = process_probe(lambda: self._loader_workers())
-            if probe is not None:
-                self._probes.append(probe)
         self._open = OpenWindow()
-        self._cores = usable_cores()
-        self._step_threads: int | None = None
         self._closed = False
         self._explicit_etl = False
         self._pending_etl = 0.0
@@ -261,13 +243,13 @@ class PerformanceListener:
             name: the collector's name in records and lines.
             read: returns cumulative ``(count, milliseconds or None)``; called on report iterations only.
         """
-        self._collections.add_collector(name, read)
+        self._readings.add_collector(name, read)
 
     def set_loader_workers(self, pids: Callable[[], Collection[int]]) -> None:
         """Where to find the process ids of the training loader's worker processes (adapters that
         see the loader call it). Only those count as ``workers_cpu_pct``; other child processes (a
         ``subprocess``, Spark's JVM) do not. Without it no child process counts as a worker."""
-        self._loader_workers = check_callable("pids", pids, "a callable returning process ids")
+        self._readings.set_loader_workers(pids)
 
     def add_advisor(self, advisor: Advisor) -> None:
         """Register a function that, given a bad verdict's kind, names fixes it can see (adapters use this)."""
@@ -308,7 +290,7 @@ class PerformanceListener:
             probe: returns a mapping of field names (``cuda_allocated_max_mb``, ``gpu_utilization_pct``,
                 ``cpu_pct``, ...) to numbers or ``None``; called once per report, never in between.
         """
-        self._probes.append(check_callable("probe", probe, "a callable returning a mapping of figures"))
+        self._readings.add_probe(probe)
 
     def on_close(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` when the listener closes (adapters remove their hooks this way)."""
@@ -322,7 +304,7 @@ class PerformanceListener:
         towards the first (warm-up) window."""
         if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at)):
             raise TypeError(f"at must be a finite reading of the listener's clock or None, got {at!r}")
-        self._collections.restart()
+        self._readings.restart()
         if self._owner is None:  # the thread that starts training is the one that trains
             self._own.move_to_this_thread()
         with self._lock:
@@ -518,8 +500,7 @@ class PerformanceListener:
         seconds = min(seconds, max(0.0, now - self._open.last_end))
         if self._timeline is not None:  # the device's work then is not idle time of the next iteration
             self._open.exclude_before(self._count, seconds)
-        if self._gc is not None:  # collections in that time are left out with it
-            self._gc.forget_since(now - seconds)
+        self._readings.forget_since(now - seconds)  # collections in that time are left out with it
         self._own.leave_out(seconds)
 
     # ------------------------------------------------------------------ reporting
@@ -564,8 +545,9 @@ class PerformanceListener:
         window_start = open_window.start
         window = open_window.entries
         window.append(last)
-        figures = window_figures(window_start, window, pauses=self._collections.take_pauses())
-        gc_stats, _ = self._collections.read(self._notices.once)
+        readings = self._readings
+        figures = window_figures(window_start, window, pauses=readings.take_pauses())
+        gc_stats = readings.read_collections(self._notices.once)
         host = HostWindow(
             first_iteration=open_window.first_iteration,
             iteration=self._count,
@@ -581,7 +563,7 @@ class PerformanceListener:
             overhead_s=self._own.overhead_s,
             times=open_window.take_times(figures.iterations),
             etl_source=self._etl_source(figures),
-            hardware=read_probes(self._probes, self._notices.once) if self._probes else {},
+            hardware=readings.read_hardware(self._notices.once),
             excluded=open_window.take_excluded(self._count, figures.iterations),
         )
         pending = self._pending
@@ -637,23 +619,14 @@ class PerformanceListener:
         return record
 
     def _emit(self, host: HostWindow, device: DeviceWindow | None) -> PerformanceRecord:
-        cpu = self._cpu_load(host.hardware, host.figures) if device is None and self.verdict else None
+        cpu = self._readings.cpu_load(host.hardware, host.figures) if device is None and self.verdict else None
         return self._publisher.publish(host, device, cpu)
-
-    def _cpu_load(self, hardware: dict[str, float | None], figures: WindowFigures) -> CpuLoad | None:
-        """The window's CPU use, when the host probe read it and the loader has workers."""
-        process, worker = hardware.get("cpu_pct"), hardware.get("workers_cpu_pct")
-        if process is None or worker is None:
-            return None
-        workers = len(self._loader_workers()) or 1
-        compute_pct = 100.0 * figures.compute_s / figures.window_s if figures.window_s > 0 else None
-        return CpuLoad(process, worker * workers, self._cores, self._step_threads, compute_pct)
 
     def set_step_threads(self, threads: int | None) -> None:
         """How many threads the step computes with on the CPU (``torch.get_num_threads()``; adapters
         of CPU models say it): with it, ``cpu-contention`` also needs the step to get clearly less
         CPU than its compute needed."""
-        self._step_threads = check_int("threads", threads, minimum=1, optional=True)
+        self._readings.set_step_threads(threads)
 
     def _etl_source(self, figures: WindowFigures) -> str:
         if figures.etl_from_gap == 0:
@@ -710,9 +683,7 @@ class PerformanceListener:
             self._owner = _CLOSED
             self._emitter.flush()  # what the close callbacks (a cluster link) read has reached its sinks
             self._own.close()
-            self._gc_finalizer.detach()
-            if self._gc is not None:
-                self._gc.uninstall()
+            self._readings.close()
             callbacks, self._on_close = self._on_close, []
             for callback in callbacks:
                 try:
@@ -768,7 +739,7 @@ class PerformanceListener:
         """The GC pauses not yet reported, ``(start, seconds, generation)`` on :attr:`clock`, newest
         last (the same list for the listener's life); ``None`` without ``report_gc``. Adapters take a
         loader fetch's own pauses out of its data wait with :func:`trainperf._gc.gc_within`."""
-        return self._gc.pauses if self._gc is not None else None
+        return self._readings.pauses
 
     def clock_parts(self) -> UserClock:
         """What :attr:`clock` reads (``raw() - own.total - offset.total``), for an adapter's hot path
