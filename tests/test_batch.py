@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+import pytest
 import torch
 
-from trainperf.torch import batch_size
+from trainperf.torch import batch_size, map_tensors
 
 
 def t(*shape):
@@ -75,3 +76,58 @@ def test_nesting_deeper_than_seven_levels_is_not_searched():
         wrapped = [wrapped]
     assert batch_size(wrapped) == 9
     assert batch_size([wrapped]) is None
+
+
+@pytest.mark.parametrize("wrap", [
+    pytest.param(lambda x: namedtuple("Pair", "a b")(x, x), id="named tuples"),
+    pytest.param(lambda x: [x, None], id="lists with other things"),
+])
+def test_seven_levels_of_any_container_are_searched_and_no_more(wrap):
+    deep = t(9, 2)
+    for _ in range(7):
+        deep = wrap(deep)
+    assert batch_size(deep) == 9
+    assert batch_size(wrap(deep)) is None
+
+
+def test_seven_levels_of_transposed_batches_are_searched_and_no_more():
+    deep = (t(9, 2), t(9, 3))
+    for _ in range(6):
+        deep = (deep, deep)  # every part a sequence: read part by part
+    assert batch_size(deep) == 9
+    assert batch_size((deep, deep)) is None
+
+
+def test_a_batch_that_contains_itself_is_searched_seven_levels_deep_only():
+    loop: list = [t(4, 2)]
+    loop.append(loop)
+    assert batch_size(loop) == 4  # the one size found; the loop below seven levels is not searched
+    cycle: dict = {"x": t(4, 2)}
+    cycle["self"] = cycle
+    assert batch_size(cycle) == 4
+
+
+def test_rgba_images_of_different_sizes_are_samples_and_four_dimensional_fields_are_fields():
+    assert batch_size([t(4, 20, 30), t(4, 24, 18)]) == 2  # RGBA
+    assert batch_size([t(5, 20, 30), t(5, 24, 18)]) == 5  # 5 is no channel count: fields
+    assert batch_size([t(3, 8, 8, 2), t(3, 4, 4, 2)]) == 3  # not (C, H, W): fields of 3 rows
+
+
+def test_parts_of_a_transposed_batch_are_read_as_batches_unless_they_hold_one_item_per_sample():
+    fields = ((t(8, 2), t(8)), (t(8, 2), t(8)))  # two (inputs, targets) pairs: 8 rows, not 2
+    assert batch_size(fields) == 8
+    one_image = ((t(3, 20, 30),), ({"boxes": t(2, 4)},))  # a detection batch of one sample
+    assert batch_size(one_image) == 1
+
+
+def test_map_tensors_walks_nested_batches_and_keeps_named_tuples():
+    Pair = namedtuple("Pair", "x y")
+    batch = {"a": Pair(torch.ones(2), [torch.zeros(1), "label", 3]), "b": (torch.ones(1),)}
+    doubled = map_tensors(batch, lambda x: x + 1)
+    assert isinstance(doubled["a"], Pair) and type(doubled["b"]) is tuple and type(doubled["a"].y) is list
+    assert doubled["a"].x.tolist() == [2.0, 2.0] and doubled["a"].y[0].tolist() == [1.0]
+    assert doubled["a"].y[1:] == ["label", 3] and doubled["b"][0].tolist() == [2.0]
+    assert batch["a"].x.tolist() == [1.0, 1.0]  # the input is left as it was
+    assert map_tensors("text", lambda x: x + 1) == "text"
+    with pytest.raises(TypeError, match="fn must be callable, got 5"):
+        map_tensors([torch.ones(1)], 5)

@@ -309,20 +309,6 @@ def test_timed_loader_advises_on_num_workers():
     assert any("num_workers=0" in fix for fix in lst.fixes_for("input-bound"))
 
 
-def test_map_tensors_walks_nested_batches_and_keeps_named_tuples():
-    from collections import namedtuple
-
-    from trainperf.torch import map_tensors
-
-    Pair = namedtuple("Pair", "x y")
-    batch = {"a": Pair(torch.ones(2), [torch.zeros(1), "label", 3]), "b": (torch.ones(1),)}
-    doubled = map_tensors(batch, lambda t: t + 1)
-    assert isinstance(doubled["a"], Pair)
-    assert doubled["a"].x.tolist() == [2.0, 2.0] and doubled["a"].y[0].tolist() == [1.0]
-    assert doubled["a"].y[1:] == ["label", 3] and doubled["b"][0].tolist() == [2.0]
-    assert batch["a"].x.tolist() == [1.0, 1.0]  # the input is left as it was
-
-
 # -- leaks -----------------------------------------------------------------------------------------
 def test_attach_step_close_cycles_leave_nothing_on_the_optimizer():
     """One optimizer outlives many attachments: none of them leaves a weak reference or finalizer on it."""

@@ -44,7 +44,7 @@ def batch_size(obj: Any, _depth: int = 0) -> int | None:
       ``None``;
     * a tuple or list of mappings, strings or numbers: its length (one per sample);
     * a tuple or list of sequences (a detection-style ``tuple(zip(*batch))``): the size its parts
-      agree on, each part read as above.
+      agree on, each part read as above (a part of one item is one sample).
     """
     if isinstance(obj, torch.Tensor):
         return int(obj.shape[0]) if obj.dim() > 0 else None
@@ -84,9 +84,11 @@ _CHANNELS = (1, 3, 4)
 
 def _samples_of(part: Any, depth: int) -> int | None:
     """The samples in one part of a transposed batch: its length when it holds one item per sample
-    (images of any shape, per-sample dicts), else what :func:`batch_size` finds in it."""
+    (per-sample dicts, strings or numbers, or a single item: a part of a one-sample batch), else
+    what :func:`batch_size` finds in it."""
     per_sample = (Mapping, str, bytes, int, float)
-    if isinstance(part, (tuple, list)) and part and all(isinstance(item, per_sample) for item in part):
+    if isinstance(part, (tuple, list)) and (
+            len(part) == 1 or part and all(isinstance(item, per_sample) for item in part)):
         return len(part)
     return batch_size(part, depth)
 
