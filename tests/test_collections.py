@@ -57,8 +57,45 @@ def test_a_failing_collector_is_left_out_of_its_window_and_said():
     assert parts.take_pauses() == ()
 
 
-@pytest.mark.parametrize("value", [(1,), (1.5, 2.0), (1, "x"), (1, True), [1, 2.0], None])
+@pytest.mark.parametrize("value", [(1,), (1, 2.0, 3), (1.5, 2.0), (1, "x"), (1, True), [1, 2.0], None])
 def test_a_collector_must_return_a_count_and_milliseconds(value):
     with pytest.raises(TypeError, match="collector 'c' must return"):
         read_collector("c", lambda: value)
     assert read_collector("c", lambda: (2, 3)) == (2, 3.0)
+
+
+def test_differences_of_counts_and_times_that_grew_from_non_zero_readings():
+    monitor = Monitor()
+    monitor.counts, monitor.seconds = (5, 2, 1), (0.010, 0.004, 0.001)
+    jvm = [(7, 100.0)]
+    parts = Collections(monitor)  # type: ignore[arg-type]
+    parts.add_collector("jvm", lambda: jvm[-1])
+    monitor.counts, monitor.seconds = (8, 3, 1), (0.015, 0.005, 0.001)
+    jvm.append((10, 250.0))
+    stats, gc_s = parts.read(lambda m: None)
+    assert stats == (GCStat("gen0", 3, pytest.approx(5.0)), GCStat("gen1", 1, pytest.approx(1.0)),
+                     GCStat("gen2", 0, 0.0), GCStat("jvm", 3, 150.0))
+    assert gc_s == pytest.approx(0.006)
+
+
+def test_a_failing_collector_leaves_the_collectors_after_it_read():
+    state = {"up": True}
+
+    def flaky():
+        if not state["up"]:
+            raise OSError("gone")
+        return 0, 0.0
+
+    counts = [(1, 1.0)]
+    parts = Collections(None)
+    parts.add_collector("flaky", flaky)
+    parts.add_collector("ok", lambda: counts[-1])
+    state["up"] = False
+    counts.append((4, 7.0))
+    stats, _ = parts.read(lambda m: None)
+    assert stats == (GCStat("ok", 3, 6.0),)
+
+
+def test_a_collector_needs_a_name():
+    with pytest.raises(ValueError, match="name"):
+        Collections(None).add_collector("", lambda: (0, 0.0))

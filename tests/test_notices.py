@@ -65,7 +65,32 @@ def test_cuda_fixes_only_on_cuda_and_worker_tips_from_the_workers_cpu():
     notices.on_cuda = True
     assert notices.fixes_for("input-bound") == host + [f for f in CUDA_FIXES.get("input-bound", ()) if f not in host]
     notices.workers_cpu_pct = 400.0
-    assert len(notices.fixes_for("input-bound")) >= len(host)
+    busy = notices.fixes_for("input-bound")
+    assert busy[0].startswith("the loader's workers use 400% CPU each")
+    assert busy[1:] == host + [f for f in CUDA_FIXES.get("input-bound", ()) if f not in host]
+    for kind in ("gc-bound", "loop-bound", "host-bound", "cpu-contention"):  # worker tips are for waiting on data
+        assert not any("loader's workers use" in fix for fix in notices.fixes_for(kind)), kind
+
+
+def test_an_advisor_that_fails_leaves_the_advisors_after_it_heard():
+    notices = Notices()
+
+    def broken(kind):
+        raise RuntimeError("advisor bug")
+
+    notices.advisors.append(broken)
+    notices.advisors.append(lambda kind: [f"fix {kind} here"])
+    assert notices.fixes_for("gc-bound")[0] == "fix gc-bound here"
+
+
+def test_a_kind_warned_before_does_not_silence_the_kinds_after_it():
+    notices = Notices()
+    notices.bottleneck(Verdict("gc-bound", 30.0, "gc"))
+    said(notices)
+    notices.bottleneck(Verdict("gc-bound", 30.0, "gc again"))
+    notices.bottleneck(Verdict("input-bound", 40.0, "data"))
+    out = said(notices)
+    assert len(out) == 1 and out[0][1].startswith("trainperf: training is input-bound (data)")
 
 
 @pytest.mark.parametrize("kind", ["input-bound", "gc-bound", "loop-bound", "host-bound", "cpu-contention"])
