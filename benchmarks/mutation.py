@@ -38,7 +38,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ranks/_stragglers.py": ("tests/test_stragglers.py", "tests/test_report.py"),
     "_atomic.py": ("tests/test_atomic.py",),
     "ranks/_gather.py": ("tests/test_gather.py",),
-    "_own_time.py": ("tests/test_own_time.py", "tests/test_attribution.py"),
+    "_own_time.py": ("tests/test_own_time.py", "tests/test_attribution.py", "-k", "'own_time or collection'"),
     "_build.py": ("tests/test_build.py",),
     "_open_window.py": ("tests/test_open_window.py", "tests/test_attribution.py", "tests/test_collective.py"),
     "_totals.py": ("tests/test_totals.py",),
