@@ -224,7 +224,9 @@ def test_a_plain_iterable_of_batches_trains_with_no_loader_to_time(tmp_path, clo
 
     class Batches:
         def __iter__(self):
-            return iter([(torch.ones(8, 4), torch.zeros(8, dtype=torch.long)) for _ in range(8)])
+            for _ in range(8):
+                clock.advance(0.003)  # read through Lightning's fetcher: no DataLoader hook sees it
+                yield torch.ones(8, 4), torch.zeros(8, dtype=torch.long)
 
     batches = Batches()
     callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
@@ -232,7 +234,12 @@ def test_a_plain_iterable_of_batches_trains_with_no_loader_to_time(tmp_path, clo
                          enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
                          default_root_dir=tmp_path, accelerator="cpu", devices=1, max_epochs=1)
     trainer.fit(Costly(clock), batches)
-    assert [split(r) for r in callback.history] == [(0.0, 7.0, 0.5, 7.5), (0.0, 7.0, 0.0, 7.0)]
+    # no length: fetched a batch ahead; the first fetch, made before training began and seen by no
+    # DataLoader hook, is in no window: steps 1-4 fetch batches 1-4, steps 5-7 the rest, step 8 none
+    assert [split(r) for r in callback.history] == [(3.0, 7.0, 0.5, 10.5), (2.25, 7.0, 0.0, 9.25)]
+    epoch_loop = trainer.fit_loop.epoch_loop  # the fit's wrappers are gone
+    assert "_on_before_fetch" not in vars(epoch_loop) and "_on_after_fetch" not in vars(epoch_loop)
+    assert "save_checkpoint" not in vars(trainer)
 
 
 def test_validation_left_out_is_only_its_own_time_not_the_hooks_before_it(tmp_path, clock):
@@ -274,3 +281,50 @@ def test_time_in_lightnings_own_collective_between_steps_is_summed(clock):
     callback._unwrap(trainer)
     assert "_broadcast_sigterm_tensor" not in vars(loop)
     callback.listener.close()
+
+
+def test_an_unknown_option_is_named():
+    with pytest.raises(TypeError, match="unexpected keyword argument 'alpha'"):
+        PerformanceCallback(1, zeta=1, alpha=2)
+    assert PerformanceCallback().listener.frequency == 1
+
+
+@pytest.mark.parametrize("hook", ["on_fit_start", "training_step"])
+def test_a_fit_that_fails_raises_the_users_error_and_undoes_everything(tmp_path, clock, hook):
+    """The listener is closed (the iterations before the failure reported), the loader hooks are gone
+    and the trainer's and loop's wrappers too."""
+    from trainperf.torch import _loop_hooks
+
+    def fail(*args):
+        raise RuntimeError("the user's own error")
+
+    broken = Costly(clock)
+    setattr(broken, hook, fail)
+    callback = PerformanceCallback(4, sinks=[], clock=clock)
+    trainer = pl.Trainer(callbacks=[callback], logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, default_root_dir=tmp_path, accelerator="cpu", devices=1,
+                         max_epochs=1)
+    with pytest.raises(RuntimeError, match="the user's own error"):
+        trainer.fit(broken, torch.utils.data.DataLoader(ClockedData(clock, LOAD, 8), batch_size=None))
+    assert callback.listener.closed and not _loop_hooks._observers
+    assert "save_checkpoint" not in vars(trainer) and "_on_before_fetch" not in vars(trainer.fit_loop.epoch_loop)
+
+
+@pytest.mark.parametrize("as_list", [False, True], ids=["a dict of loaders", "a list of loaders"])
+def test_three_loaders_zipped_count_the_samples_of_all_three(tmp_path, clock, as_list):
+    class Three(Costly):
+        def training_step(self, batch, batch_idx):
+            self.clock.advance(STEP)
+            parts = batch if as_list else list(batch.values())
+            return sum(torch.nn.functional.cross_entropy(self.fc(x), y) for x, y in parts)
+
+    def part(rows):
+        return [(torch.ones(rows, 4), torch.zeros(rows, dtype=torch.long)) for _ in range(8)]
+
+    loaders = [torch.utils.data.DataLoader(part(rows), batch_size=None) for rows in (8, 4, 2)]
+    callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
+    trainer = pl.Trainer(callbacks=[callback], logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, default_root_dir=tmp_path, accelerator="cpu", devices=1,
+                         max_epochs=1)
+    trainer.fit(Three(clock), loaders if as_list else dict(zip("abc", loaders, strict=True)))
+    assert [r.samples for r in callback.history] == [4 * 14, 4 * 14]

@@ -355,6 +355,12 @@ class PerformanceCallback(_CallbackBase):
             self._observing = False
         self.listener.close()
 
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        """A fit that fails does not reach ``teardown``: undo everything here (the iterations before
+        the failure are reported) and let the exception go on."""
+        if getattr(getattr(trainer, "state", None), "fn", None) == "fit":
+            self.teardown(trainer, pl_module, "fit")
+
     def summary(self) -> Any:
         """The listener's :meth:`~trainperf.PerformanceListener.summary` for the last fit."""
         return self.listener.summary()
