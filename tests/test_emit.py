@@ -35,6 +35,65 @@ class Gate:
         self.got.append(r.iteration)
 
 
+def test_room_in_the_queue_is_what_was_put_less_what_was_done():
+    """Eight records delivered and done, then the sink hangs: three more fit a queue of three."""
+    gate = Gate()
+    gate.open.set()
+    emitter = Emitter([gate], queue_size=3, say=lambda m: None)
+    for i in range(1, 9):
+        emitter.deliver(record(i))
+        assert emitter.flush(10.0)
+    gate.open.clear()
+    for i in range(9, 12):
+        emitter.deliver(record(i))
+    assert emitter.dropped == 0
+    gate.open.set()
+    assert emitter.flush(10.0) and gate.got == list(range(1, 12))
+    emitter.close()
+
+
+def test_a_flush_is_woken_by_the_writer_not_by_its_polling_timeout():
+    """20 records, each flushed at once: the writer wakes the flush when it is done, so the round
+    trips take a few milliseconds, far less than 20 of the flush's 50 ms polls."""
+    emitter = Emitter([lambda r: None])
+    emitter.deliver(record(0))
+    emitter.flush(10.0)  # the writer thread is up
+    began = time.perf_counter()
+    for i in range(1, 21):
+        emitter.deliver(record(i))
+        assert emitter.flush(10.0)
+    assert time.perf_counter() - began < 0.5
+    emitter.close()
+
+
+def test_a_task_that_raises_is_said_and_the_writer_goes_on():
+    got: list[int] = []
+    said: list[str] = []
+    emitter = Emitter([lambda r: got.append(r.iteration)], say=said.append)
+
+    def spans():
+        raise OSError("disk full")
+
+    emitter.submit(spans)
+    emitter.deliver(record(1))
+    assert emitter.flush(10.0) and got == [1]
+    assert len(said) == 1 and said[0].startswith("trainperf: writing") and "OSError('disk full')" in said[0]
+    emitter.close()
+
+
+def test_without_a_say_function_a_hanging_sink_is_one_sinkerror_warning_with_one_prefix():
+    gate = Gate()
+    emitter = Emitter([gate])
+    emitter.deliver(record(1))
+    with pytest.warns(SinkError) as caught:
+        emitter.flush(0.05)
+    assert [str(w.message) for w in caught] == [
+        "trainperf: a sink did not finish within 0.05 s: 1 record(s) not yet delivered (a hanging sink?)"]
+    assert caught[0].filename == __file__  # said at the caller's line
+    gate.open.set()
+    emitter.close()
+
+
 def test_records_reach_every_sink_in_order_on_the_writer_thread():
     seen: list[tuple[str, int]] = []
     threads: set[str] = set()
@@ -290,12 +349,14 @@ def test_a_20ms_sink_does_not_slow_a_1ms_step_loop():
     def slow(r):
         time.sleep(0.020)
 
-    bare = min(loop(None) for _ in range(3))
-    listener = PerformanceListener(1, sinks=[slow], verdict=False, report_hardware=False)
-    timed = loop(listener)
-    assert timed < bare * 1.5 + 0.02, (timed, bare)
-    listener.close()
-    assert len(listener.history) == 100
+    bare, timed = [], []
+    for _ in range(3):  # alternating rounds, the best of each: a loaded machine slows single rounds
+        bare.append(loop(None))
+        listener = PerformanceListener(1, sinks=[slow], verdict=False, report_hardware=False)
+        timed.append(loop(listener))
+        listener.close()
+        assert len(listener.history) == 100
+    assert min(timed) < min(bare) * 1.5 + 0.02, (timed, bare)
 
 
 def test_a_forked_child_delivers_through_a_writer_of_its_own(tmp_path):
