@@ -19,7 +19,7 @@ from ._emit import Emitter
 from ._hardware import Probe
 from ._notices import Advisor, BottleneckWarning, Notices
 from ._open_window import OpenWindow
-from ._options import ListenerOptions
+from ._options import ListenerOptions, checked_sinks
 from ._own_time import OwnTime, UserClock
 from ._process import bad_iteration, env_rank, iteration_error, user_stacklevel
 from ._publish import Publisher
@@ -35,7 +35,6 @@ from ._verdict import (
 from ._window import WindowEntry, WindowFigures, window_figures
 from .ranks._spans import open_run_dir, write_spans
 from .sinks._base import Sink, SinkError
-from .sinks._logging import LoggingSink
 from .sinks._memory import MemorySink
 
 __all__ = ["PerformanceListener", "BottleneckWarning"]
@@ -146,16 +145,9 @@ class PerformanceListener:
         self.verdict, self.thresholds, self.strict = options.verdict, options.thresholds, options.strict
         self.report_hardware = options.report_hardware
         self.cluster_every, self.cluster_timeout_s = options.cluster_every, options.cluster_timeout_s
-        if not callable(clock):
-            raise TypeError(f"clock must be callable, got {clock!r}")
-        if not callable(wall_clock):
-            raise TypeError(f"wall_clock must be callable, got {wall_clock!r}")
-        if sinks is not None and (isinstance(sinks, (str, bytes)) or not isinstance(sinks, Iterable)):
-            raise TypeError(f"sinks must be an iterable of sinks (callables taking a record) or None, got {sinks!r}")
-        sink_list = [LoggingSink()] if sinks is None else list(sinks)
-        for sink in sink_list:
-            if not callable(sink):
-                raise TypeError(f"sinks must be callables taking a record, got {sink!r}")
+        check_callable("clock", clock)
+        check_callable("wall_clock", wall_clock)
+        sink_list = checked_sinks(sinks)
         self.history = MemorySink(options.history)
         self._emitter = Emitter(sink_list, strict=self.strict, inline=not options.sink_thread, say=_say_sink)
         # The clock of every figure: it stands still while trainperf works (see _own_time). Its

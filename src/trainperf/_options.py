@@ -4,10 +4,13 @@ it got. The adapters take the same options (their signatures derive from the lis
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ._check import check_bool, check_int
 from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds
+from .sinks._base import Sink
+from .sinks._logging import LoggingSink
 
 __all__: list[str] = []
 
@@ -68,3 +71,14 @@ class ListenerOptions:
         object.__setattr__(self, "cluster_timeout_s", float(timeout))
         object.__setattr__(self, "thresholds",
                            Thresholds(self.input_bound_share, self.gc_bound_share, self.loop_bound_share))
+
+
+def checked_sinks(sinks: Iterable[Sink] | None) -> list[Sink]:
+    """A listener's sinks as a list, each checked (``None``: one :class:`~trainperf.LoggingSink`)."""
+    if sinks is not None and (isinstance(sinks, (str, bytes)) or not isinstance(sinks, Iterable)):
+        raise TypeError(f"sinks must be an iterable of sinks (callables taking a record) or None, got {sinks!r}")
+    sink_list: list[Sink] = [LoggingSink()] if sinks is None else list(sinks)
+    for sink in sink_list:
+        if not callable(sink):
+            raise TypeError(f"sinks must be callables taking a record, got {sink!r}")
+    return sink_list
