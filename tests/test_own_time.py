@@ -211,3 +211,45 @@ def test_own_time_moves_to_the_thread_that_trains_without_a_jump_and_gives_its_l
     assert ledgers_in_use() == before + 1
     del dropped
     assert ledgers_in_use() == before
+
+
+def test_a_ledger_shared_by_three_listeners_stays_until_the_last_gives_it_back():
+    before = ledgers_in_use()
+    clock = Raw()
+    keys = [acquire(clock, 7)[0] for _ in range(3)]
+    assert len(set(keys)) == 1 and ledgers_in_use() == before + 1
+    release(keys[0])
+    release(keys[1])
+    assert ledgers_in_use() == before + 1
+    release(keys[2])
+    assert ledgers_in_use() == before
+
+
+def test_after_a_move_the_old_threads_own_time_no_longer_stops_the_clock_either_way():
+    """Moved to another thread and back: each time, trainperf's work on the thread left behind is
+    not this listener's (thread ids compare both ways across the two moves)."""
+    from trainperf._own_time import OwnTime
+
+    raw = Raw()
+    own = OwnTime(raw)
+    main = threading.get_ident()
+    readings: list[float] = []
+
+    def elsewhere() -> None:
+        own.move_to_this_thread()
+        key, left_behind = acquire(raw, main)  # the main thread's ledger, shared with other listeners
+        left_behind.add(1.0, raw())
+        readings.append(own.clock.read())
+        release(key)
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    assert readings == [100.0]
+    other = thread.ident
+    own.move_to_this_thread()  # back on the main thread
+    key, left_behind = acquire(raw, other)
+    left_behind.add(1.0, raw())
+    assert own.clock.read() == 100.0
+    release(key)
+    own.close()
