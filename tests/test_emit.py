@@ -36,19 +36,22 @@ class Gate:
 
 
 def test_room_in_the_queue_is_what_was_put_less_what_was_done():
-    """Eight records delivered and done, then the sink hangs: three more fit a queue of three."""
+    """Nine records delivered and done, then the sink hangs: three more fit a queue of three (the
+    one in the sink counts), a fourth is dropped."""
     gate = Gate()
     gate.open.set()
     emitter = Emitter([gate], queue_size=3, say=lambda m: None)
-    for i in range(1, 9):
+    for i in range(1, 10):
         emitter.deliver(record(i))
         assert emitter.flush(10.0)
     gate.open.clear()
-    for i in range(9, 12):
+    for i in range(10, 13):
         emitter.deliver(record(i))
-    assert emitter.dropped == 0
+    assert emitter.dropped == 0 and emitter.pending == 3
+    emitter.deliver(record(13))  # a fourth: no room
+    assert emitter.dropped == 1 and emitter.pending == 3
     gate.open.set()
-    assert emitter.flush(10.0) and gate.got == list(range(1, 12))
+    assert emitter.flush(10.0) and gate.got == list(range(1, 13))
     emitter.close()
 
 
@@ -406,3 +409,29 @@ for _ in range(50):
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120, env=env)
     lines = path.read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == list(range(1, 51))
+
+
+def test_the_limits_are_the_documented_ones():
+    from pathlib import Path
+
+    docs = " ".join((Path(__file__).parent.parent / "docs" / "sinks.md").read_text().split())
+    assert f"The queue holds {_emit.QUEUE_SIZE:,} records" in docs
+    assert f"at most {_emit.FLUSH_TIMEOUT_S:g} seconds" in docs
+    assert f"(at most {_emit.EXIT_TIMEOUT_S:g} seconds in all)" in docs
+
+
+def test_a_hanging_sink_holds_up_interpreter_exit_for_the_exit_allowance_only():
+    script = """
+import time
+from trainperf._emit import Emitter, EXIT_TIMEOUT_S
+from trainperf import PerformanceRecord
+emitter = Emitter([lambda r: time.sleep(30)], say=lambda m: None)
+emitter.deliver(PerformanceRecord(iteration=1, window_iterations=1, window_s=0.01, warmup=False, timestamp=0.0))
+print(EXIT_TIMEOUT_S, flush=True)
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), "src") if p)}
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", script], timeout=25, env=env, capture_output=True, text=True)
+    took = time.perf_counter() - began
+    assert done.returncode == 0 and float(done.stdout) == _emit.EXIT_TIMEOUT_S
+    assert _emit.EXIT_TIMEOUT_S <= took < _emit.EXIT_TIMEOUT_S + 10.0
