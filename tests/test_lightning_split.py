@@ -66,6 +66,18 @@ class ClockedStream(torch.utils.data.IterableDataset):
             yield torch.ones(8, 4), torch.zeros(8, dtype=torch.long)
 
 
+class SlowStart(torch.utils.data.DataLoader):
+    """A loader whose iter() costs 20 ms on the fake clock, as starting workers does."""
+
+    def __init__(self, clock, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.clock = clock
+
+    def _get_iterator(self):  # inside DataLoader.__iter__, where workers start
+        self.clock.advance(0.020)
+        return super()._get_iterator()
+
+
 def fit(clock, tmp_path, callbacks, n=8, module=None, val=None, stream=False, **trainer_kw):
     callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
     trainer_kw.setdefault("max_epochs", 2)
@@ -110,16 +122,11 @@ def test_starting_each_epochs_iterator_is_data_wait_of_its_first_step_the_first_
     iterator before ``on_train_start``: the first window starts there, so both epochs' first windows
     read (20 + 4 x 5) / 4 = 10 ms of data wait."""
 
-    class SlowStart(torch.utils.data.DataLoader):
-        def _get_iterator(self):  # inside DataLoader.__iter__, where workers start
-            clock.advance(0.020)
-            return super()._get_iterator()
-
     callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
     trainer = pl.Trainer(callbacks=[callback], logger=False, enable_progress_bar=False, enable_model_summary=False,
                          enable_checkpointing=False, default_root_dir=tmp_path, accelerator="cpu", devices=1,
                          max_epochs=2)
-    trainer.fit(Costly(clock), SlowStart(ClockedData(clock, LOAD, 8), batch_size=None))
+    trainer.fit(Costly(clock), SlowStart(clock, ClockedData(clock, LOAD, 8), batch_size=None))
     assert [split(r) for r in callback.history] == [(10.0, 7.0, 0.0, 17.0), (5.0, 7.0, 0.0, 12.0)] * 2
 
 
@@ -198,9 +205,29 @@ def test_validate_and_test_stages_leave_the_listener_alone(tmp_path, clock):
     listener = callback.listener
     trainer.validate(module, val, verbose=False)
     assert callback.listener is listener and not listener.closed and not list(listener.history)
+    # a loader whose iter() costs 20 ms: told once, not once more per stage that came before
+    trainer.fit(module, SlowStart(clock, ClockedData(clock, LOAD, 8), batch_size=None))
+    assert [split(r) for r in callback.history] == [(10.0, 7.0, 0.0, 17.0), (5.0, 7.0, 0.0, 12.0)]
+    assert listener.closed
+
+
+def test_a_validate_that_fails_leaves_the_callback_ready_for_a_fit(tmp_path, clock):
+    class Broken(Costly):
+        def validation_step(self, batch, batch_idx):
+            raise RuntimeError("bad validation")
+
+    module = Broken(clock)
+    callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
+    trainer = pl.Trainer(callbacks=[callback], logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, default_root_dir=tmp_path, accelerator="cpu", devices=1,
+                         max_epochs=1)
+    listener = callback.listener
+    with pytest.raises(RuntimeError, match="bad validation"):
+        trainer.validate(module, torch.utils.data.DataLoader(ClockedData(clock, LOAD, 2), batch_size=None),
+                         verbose=False)
+    assert callback.listener is listener and not listener.closed
     trainer.fit(module, torch.utils.data.DataLoader(ClockedData(clock, LOAD, 8), batch_size=None))
     assert [split(r) for r in callback.history] == [(5.0, 7.0, 0.0, 12.0)] * 2
-    assert listener.closed
 
 
 def test_the_score_is_the_loss_of_the_windows_last_step_when_asked(tmp_path, clock):
