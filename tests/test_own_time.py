@@ -180,6 +180,9 @@ def test_a_listeners_own_time_stops_its_clock_and_counts_as_the_windows_overhead
     raw.now = 102.0
     own.leave_out(0.125)
     assert read() == 101.125
+    began = own.begin()
+    raw.now = 252.5  # a long piece of own work: 150.5 s
+    assert own.end(began) == 150.5 and read() == 101.125
     own.close()
 
 
