@@ -355,3 +355,43 @@ def test_three_loaders_zipped_count_the_samples_of_all_three(tmp_path, clock, as
                          max_epochs=1)
     trainer.fit(Three(clock), loaders if as_list else dict(zip("abc", loaders, strict=True)))
     assert [r.samples for r in callback.history] == [4 * 14, 4 * 14]
+
+
+def test_with_log_to_loggers_off_the_trainers_loggers_get_nothing_of_ours(tmp_path, clock):
+    logged: list[dict] = []
+
+    class Logger(pl.loggers.Logger):
+        name, version = "memory", 0
+
+        def log_metrics(self, metrics, step=None):
+            logged.append(dict(metrics))
+
+        def log_hyperparams(self, *args, **kwargs):
+            return None
+
+    callback = PerformanceCallback(4, sinks=[], clock=clock, log_to_loggers=False)
+    trainer = pl.Trainer(callbacks=[callback], logger=Logger(), log_every_n_steps=1, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path,
+                         accelerator="cpu", devices=1, max_epochs=1)
+    trainer.fit(Costly(clock), torch.utils.data.DataLoader(ClockedData(clock, LOAD, 8), batch_size=None))
+    assert len(callback.history) == 2
+    assert not any(key.startswith("trainperf/") for metrics in logged for key in metrics)
+
+
+def test_a_step_with_one_micro_batch_of_unknown_size_has_unknown_samples(tmp_path, clock):
+    """Micro-batches of 8 rows, every other one with targets of another length (its size cannot be
+    known): each optimizer step's samples are unknown, not counted from the known half."""
+
+    class AnyShape(Costly):
+        def training_step(self, batch, batch_idx):
+            self.clock.advance(STEP)
+            return self.fc(batch[0]).sum()
+
+    batches = [(torch.ones(8, 4), torch.zeros(8 if i % 2 == 0 else 5)) for i in range(8)]
+    callback = PerformanceCallback(2, sinks=[], clock=clock, verdict=False)
+    trainer = pl.Trainer(callbacks=[callback], logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, default_root_dir=tmp_path, accelerator="cpu", devices=1,
+                         max_epochs=1, accumulate_grad_batches=2)
+    with pytest.warns(RuntimeWarning, match="could not find the batch size"):
+        trainer.fit(AnyShape(clock), torch.utils.data.DataLoader(batches, batch_size=None))
+    assert [(r.iteration, r.batches, r.samples) for r in callback.history] == [(2, 4, None), (4, 4, None)]
