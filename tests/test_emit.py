@@ -48,8 +48,9 @@ def test_room_in_the_queue_is_what_was_put_less_what_was_done():
     for i in range(10, 13):
         emitter.deliver(record(i))
     assert emitter.dropped == 0 and emitter.pending == 3
-    emitter.deliver(record(13))  # a fourth: no room
-    assert emitter.dropped == 1 and emitter.pending == 3
+    emitter.deliver(record(13))  # a fourth and a fifth: no room
+    emitter.deliver(record(14))
+    assert emitter.dropped == 2 and emitter.pending == 3
     gate.open.set()
     assert emitter.flush(10.0) and gate.got == list(range(1, 13))
     emitter.close()
@@ -435,3 +436,20 @@ print(EXIT_TIMEOUT_S, flush=True)
     took = time.perf_counter() - began
     assert done.returncode == 0 and float(done.stdout) == _emit.EXIT_TIMEOUT_S
     assert _emit.EXIT_TIMEOUT_S <= took < _emit.EXIT_TIMEOUT_S + 10.0
+
+
+def test_an_inline_emitter_delivers_at_once_says_a_failing_task_and_flushes_at_once():
+    got: list[int] = []
+    said: list[str] = []
+    emitter = Emitter([lambda r: got.append(r.iteration)], inline=True, say=said.append)
+
+    def spans():
+        raise OSError("disk full")
+
+    emitter.submit(spans)
+    emitter.deliver(record(1))
+    assert got == [1] and emitter._thread is None
+    assert len(said) == 1 and "OSError('disk full')" in said[0]
+    assert emitter.flush(0.0) is True and not emitter.closed
+    emitter.close()
+    assert emitter.closed is True

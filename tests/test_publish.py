@@ -56,3 +56,42 @@ def test_a_window_without_samples_is_said_once_when_samples_are_reported():
     quiet, _, said = publisher(report_sample=False)
     quiet.publish(unknown, None)
     assert said._queued == []
+
+
+def window(etl_s: float, **kw):
+    from trainperf._window import window_figures
+
+    entries = [(0.010 * k, etl_s, None, 8, 1, 0.0, 1, 0) for k in (1, 2, 3, 4)]
+    return host(figures=window_figures(0.0, entries), **kw)
+
+
+def test_the_warm_up_sets_no_precedent_for_the_next_windows_verdict():
+    """18% data wait is below the 20% line but above its hysteresis (16%): it stays input-bound only
+    after an input-bound window that was not the warm-up."""
+    p, _, _ = publisher()
+    p.publish(window(0.002, warmup=True), None)
+    assert p.publish(window(0.0018), None).verdict.kind == "fine"
+    p.publish(window(0.002), None)
+    assert p.publish(window(0.0018), None).verdict.kind == "input-bound"
+
+
+def test_a_persisting_cpu_contention_is_noted_and_a_fine_run_never():
+    from trainperf._verdict import CpuLoad
+
+    busy = CpuLoad(100.0, 100.0, 2)  # the process and its workers fill both cores
+    p, _, notices = publisher()
+    for _ in range(PERSIST_WINDOWS):
+        assert p.publish(window(0.0, hardware={}), None, busy).verdict.kind == "cpu-contention"
+    assert [v.kind for v in notices._bottlenecks] == ["cpu-contention"]
+    fine, _, quiet = publisher()
+    for _ in range(2 * PERSIST_WINDOWS):
+        assert fine.publish(window(0.0, hardware={}), None).verdict.kind == "fine"
+    assert quiet._bottlenecks == []
+
+
+def test_the_workers_cpu_use_read_with_a_window_reaches_the_notices():
+    p, _, notices = publisher()
+    p.publish(window(0.0, hardware={"cpu_pct": 90.0, "workers_cpu_pct": 400.0}), None)
+    assert notices.workers_cpu_pct == 400.0
+    p.publish(window(0.0, hardware={}), None)  # a window without a reading keeps the last one
+    assert notices.workers_cpu_pct == 400.0
