@@ -12,6 +12,8 @@ def test_reset_opens_the_next_window_after_count_iterations():
     window.reset(2.5, 10, 4, first=False)
     assert (window.start, window.entries, window.first_iteration, window.end, window.warmup, window.score) == (
         2.5, [], 11, 14, False, None)
+    window.reset(3.5, 13, 4, first=False)
+    assert (window.first_iteration, window.end) == (14, 17)
     assert OpenWindow().warmup
 
 
@@ -19,8 +21,8 @@ def test_the_last_end_is_the_start_until_an_iteration_ends():
     window = OpenWindow()
     window.reset(3.0, 0, 2, first=True)
     assert window.last_end == 3.0
-    window.entries.append((3.25, 0.0, None, 8, 1, 0.0, 1, 0))
-    window.entries.append((3.75, 0.0, None, 8, 1, 0.0, 1, 0))
+    for end in (3.25, 3.5, 3.75):
+        window.entries.append((end, 0.0, None, 8, 1, 0.0, 1, 0))
     assert window.last_end == 3.75
 
 
@@ -42,7 +44,8 @@ def test_time_left_out_is_given_per_iteration_of_the_closed_window_and_the_rest_
     window.exclude_before(1, 0.5)
     window.exclude_before(1, 0.25)
     window.exclude_before(3, 0.125)
-    window.exclude_before(5, 2.0)  # before an iteration of the next window
+    window.exclude_before(4, 0.5)  # before the first iteration of the next window
+    window.exclude_before(5, 2.0)
     assert window.take_excluded(4, 4) == (0.0, 0.75, 0.0, 0.125)
-    assert window.take_excluded(8, 4) == (0.0, 2.0, 0.0, 0.0)
+    assert window.take_excluded(8, 4) == (0.5, 2.0, 0.0, 0.0)
     assert window.take_excluded(12, 4) == ()

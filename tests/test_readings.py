@@ -27,6 +27,26 @@ def test_cpu_load_counts_every_loader_worker_and_the_steps_compute_share():
     assert load.compute_pct == pytest.approx(60.0)
     with pytest.raises(TypeError, match="threads"):
         r.set_step_threads(0.5)
+    with pytest.raises(ValueError, match="threads"):
+        r.set_step_threads(0)
+    r.set_step_threads(None)  # not known
+    assert r.step_threads is None
+
+
+def test_cpu_load_without_known_workers_counts_the_reading_once_and_an_empty_window_has_no_compute_share():
+    r = readings()
+    figures = window_figures(0.0, [(0.010, 0.004, None, 8, 1, 0.0, 1, 0)])
+    assert r.cpu_load({"cpu_pct": 90.0, "workers_cpu_pct": 40.0}, figures).workers_pct == 40.0
+    empty = window_figures(0.0, [(0.0, 0.0, None, 8, 1, 0.0, 1, 0)])
+    assert empty.window_s == 0.0
+    assert r.cpu_load({"cpu_pct": 90.0, "workers_cpu_pct": 40.0}, empty).compute_pct is None
+
+
+def test_the_process_probe_is_read_when_hardware_is_reported():
+    pytest.importorskip("psutil")
+    assert readings().probes == []
+    probes = readings(report_hardware=True).probes
+    assert len(probes) == 1 and callable(probes[0])
 
 
 def test_probes_are_read_together_and_a_failing_one_is_said_once():
