@@ -29,6 +29,8 @@ def test_cpu_load_counts_every_loader_worker_and_the_steps_compute_share():
         r.set_step_threads(0.5)
     with pytest.raises(ValueError, match="threads"):
         r.set_step_threads(0)
+    r.set_step_threads(1)
+    assert r.step_threads == 1
     r.set_step_threads(None)  # not known
     assert r.step_threads is None
 
