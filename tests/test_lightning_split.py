@@ -23,6 +23,15 @@ warnings.filterwarnings("ignore", ".*GPU available but not used.*")
 LOAD, STEP = 0.005, 0.007  # seconds per batch fetched, per training step
 
 
+@pytest.fixture
+def early_clock():
+    """A fake clock that starts near 0, where a quotient or remainder of two readings is far from
+    their difference (the ``clock`` fixture starts at 100 s)."""
+    from conftest import FakeClock
+
+    return FakeClock(start=0.001)
+
+
 class Costly(pl.LightningModule):
     """A training step costs ``STEP`` on the fake clock; validation batches ``val_s`` each."""
 
@@ -130,12 +139,12 @@ def test_starting_each_epochs_iterator_is_data_wait_of_its_first_step_the_first_
     assert [split(r) for r in callback.history] == [(10.0, 7.0, 0.0, 17.0), (5.0, 7.0, 0.0, 12.0)] * 2
 
 
-def test_work_at_an_epochs_edge_is_other_time_of_the_next_epochs_first_step(tmp_path, clock):
+def test_work_at_an_epochs_edge_is_other_time_of_the_next_epochs_first_step(tmp_path, early_clock):
     """30 ms in on_train_epoch_end and 11 ms in on_train_epoch_start: the first window of epoch 1
     holds both (41 / 4 = 10.25 ms of other per step); epoch 0's start is in the first window (11 / 4),
     the last epoch's end is after the last step of the run."""
-    callback, _ = fit(clock, tmp_path, [Spends(clock, "on_train_epoch_end", 0.030),
-                                        Spends(clock, "on_train_epoch_start", 0.011)])
+    callback, _ = fit(early_clock, tmp_path, [Spends(early_clock, "on_train_epoch_end", 0.030),
+                                        Spends(early_clock, "on_train_epoch_start", 0.011)])
     assert [split(r) for r in callback.history] == [(5.0, 7.0, 2.75, 14.75), (5.0, 7.0, 0.0, 12.0),
                                                     (5.0, 7.0, 10.25, 22.25), (5.0, 7.0, 0.0, 12.0)]
 
@@ -269,12 +278,12 @@ def test_a_plain_iterable_of_batches_trains_with_no_loader_to_time(tmp_path, clo
     assert "save_checkpoint" not in vars(trainer)
 
 
-def test_validation_left_out_is_only_its_own_time_not_the_hooks_before_it(tmp_path, clock):
+def test_validation_left_out_is_only_its_own_time_not_the_hooks_before_it(tmp_path, early_clock):
     """3 ms of on_train_batch_end work, then validation (2 batches: 5 ms to load, 50 ms to run each)
     after every 4th step: the 3 ms stay other time of the next step, every step's."""
-    val = torch.utils.data.DataLoader(ClockedData(clock, LOAD, 2), batch_size=None)
-    callback, _ = fit(clock, tmp_path, [Spends(clock, "on_train_batch_end", 0.003)],
-                      module=Costly(clock, val_s=0.050), val=val, val_check_interval=4, max_epochs=1)
+    val = torch.utils.data.DataLoader(ClockedData(early_clock, LOAD, 2), batch_size=None)
+    callback, _ = fit(early_clock, tmp_path, [Spends(early_clock, "on_train_batch_end", 0.003)],
+                      module=Costly(early_clock, val_s=0.050), val=val, val_check_interval=4, max_epochs=1)
     assert [split(r) for r in callback.history] == [(5.0, 7.0, 2.25, 14.25), (5.0, 7.0, 3.0, 15.0)]
 
 
@@ -302,7 +311,7 @@ def test_time_in_lightnings_own_collective_between_steps_is_summed(clock):
     trainer = SimpleNamespace(fit_loop=SimpleNamespace(epoch_loop=loop), __dict__={})
     callback = PerformanceCallback(4, sinks=[], clock=clock)
     callback._wrap_loop_collective(trainer)
-    clock.advance(1.0)
+    clock.now = 0.003  # near 0: a remainder or quotient of two readings is far from their difference
     assert loop._broadcast_sigterm_tensor() == "sent" and loop._broadcast_sigterm_tensor() == "sent"
     assert callback._loop_wait == pytest.approx(0.008, abs=1e-12) and len(calls) == 2
     callback._unwrap(trainer)
@@ -395,3 +404,4 @@ def test_a_step_with_one_micro_batch_of_unknown_size_has_unknown_samples(tmp_pat
     with pytest.warns(RuntimeWarning, match="could not find the batch size"):
         trainer.fit(AnyShape(clock), torch.utils.data.DataLoader(batches, batch_size=None))
     assert [(r.iteration, r.batches, r.samples) for r in callback.history] == [(2, 4, None), (4, 4, None)]
+
