@@ -453,3 +453,15 @@ def test_an_inline_emitter_delivers_at_once_says_a_failing_task_and_flushes_at_o
     assert emitter.flush(0.0) is True and not emitter.closed
     emitter.close()
     assert emitter.closed is True
+
+
+def test_the_default_queue_holds_ten_thousand_records_and_drops_beyond():
+    gate = Gate()
+    emitter = Emitter([gate], say=lambda m: None)
+    for i in range(_emit.QUEUE_SIZE + 2):
+        emitter.deliver(record(i))
+    assert emitter.dropped == 2  # the one in the sink counts in the ten thousand
+    assert emitter.pending == _emit.QUEUE_SIZE
+    gate.open.set()
+    assert emitter.flush(30.0)
+    emitter.close()
