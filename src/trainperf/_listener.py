@@ -400,7 +400,7 @@ class PerformanceListener:
         count = self._count + 1
         self._count = count
         if count < self._next_report:
-            self._open.entries.append((self._clock(), etl, started, samples, batches, other, steps, skipped))
+            self._append((self._clock(), etl, started, samples, batches, other, steps, skipped))
             if self._timeline is not None:
                 self._timeline.end()
             return None
@@ -426,7 +426,7 @@ class PerformanceListener:
         count = self._count + 1
         self._count = count
         if count < self._next_report:
-            self._open.entries.append((now, etl, started, samples, batches, other, steps, skipped))
+            self._append((now, etl, started, samples, batches, other, steps, skipped))
             if self._timeline is not None:
                 self._timeline.end()
             return None
@@ -499,6 +499,7 @@ class PerformanceListener:
     def _reset_window(self, now: float, *, first: bool) -> None:
         window = self._open
         window.reset(now, self._count, self.frequency, first=first)
+        self._append = window.entries.append  # bound once per window: the hot path's one call
         # While windows wait for the device, every iteration takes the report path to poll it.
         self._next_report = self._count + 1 if self._pending else window.end
 
