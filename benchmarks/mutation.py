@@ -58,7 +58,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "torch/_attach.py": ("tests/test_attribution.py", "tests/test_torch_adapter.py", "tests/test_torch_loops.py",
                          "tests/test_timeline_loops.py"),
     "lightning/_callback.py": ("tests/test_lightning_split.py", "tests/test_lightning.py"),
-    "torch/_loop_hooks.py": ("tests/test_loop_hooks.py", "tests/test_torch_adapter.py", "tests/test_torch_loops.py", "tests/test_attribution.py"),
+    "torch/_loop_hooks.py": ("tests/test_loop_hooks.py", "tests/test_torch_adapter.py", "tests/test_torch_loops.py",
+                             "tests/test_attribution.py"),
     "ranks/_report/_load.py": ("tests/test_load.py", "tests/test_run_dir.py", "tests/test_report.py", "-k",
                                "'not chromium and not html'"),
 }
