@@ -131,3 +131,18 @@ def test_map_tensors_walks_nested_batches_and_keeps_named_tuples():
     assert map_tensors("text", lambda x: x + 1) == "text"
     with pytest.raises(TypeError, match="fn must be callable, got 5"):
         map_tensors([torch.ones(1)], 5)
+
+
+def test_a_pair_of_tensors_reads_as_the_general_rules_say_whatever_its_container_and_tensor_type():
+    for make in (tuple, list):
+        assert batch_size(make([t(8, 4), t(8)])) == 8
+        assert batch_size(make([t(8, 4), t(5)])) is None  # fields that disagree
+        assert batch_size(make([t(3, 20, 30), t(3, 24, 18)])) == 2  # two images
+        assert batch_size(make([t(3, 20, 30), t(3, 20, 30)])) == 3  # one shape: fields of 3 rows
+        assert batch_size(make([torch.tensor(1.0), torch.tensor(2.0)])) == 2  # one number per sample
+        assert batch_size(make([t(8), torch.tensor(2.0)])) is None
+        assert batch_size(make([torch.nn.Parameter(t(6, 2)), t(6)])) == 6
+    deep = (t(9, 2), t(9))
+    for _ in range(7):
+        deep = [deep]
+    assert batch_size(deep) is None  # past the depth searched, a pair too

@@ -50,6 +50,12 @@ def batch_size(obj: Any, _depth: int = 0) -> int | None:
         return int(obj.shape[0]) if obj.dim() > 0 else None
     if _depth > 6:
         return None
+    if type(obj) in _PAIRS and len(obj) == 2:  # the common (inputs, targets): answered at once
+        first, second = obj
+        if type(first) is _TENSOR and type(second) is _TENSOR:
+            a, b = first.shape, second.shape
+            if a and b and a[0] == b[0] and not (len(a) == 3 == len(b) and a[0] in _CHANNELS):
+                return int(a[0])
     if isinstance(obj, Mapping):
         return _agreed([batch_size(v, _depth + 1) for v in obj.values()])
     if not isinstance(obj, (tuple, list)) or not obj:
@@ -76,6 +82,9 @@ def batch_size(obj: Any, _depth: int = 0) -> int | None:
         return _agreed([_samples_of(item, _depth + 1) for item in obj])
     return _agreed([batch_size(item, _depth + 1) for item in obj])
 
+
+_PAIRS = (tuple, list)
+_TENSOR = torch.Tensor
 
 #: Channel counts of images (grey, RGB, RGBA): a list of ``(C, H, W)`` tensors of varying sizes
 #: with one of these first is a list of images.
