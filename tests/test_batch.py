@@ -142,7 +142,14 @@ def test_a_pair_of_tensors_reads_as_the_general_rules_say_whatever_its_container
         assert batch_size(make([torch.tensor(1.0), torch.tensor(2.0)])) == 2  # one number per sample
         assert batch_size(make([t(8), torch.tensor(2.0)])) is None
         assert batch_size(make([torch.nn.Parameter(t(6, 2)), t(6)])) == 6
+        assert batch_size(make([t(5, 8), t(8)])) is None  # the last dimension of one is not the batch
     deep = (t(9, 2), t(9))
     for _ in range(7):
         deep = [deep]
     assert batch_size(deep) is None  # past the depth searched, a pair too
+
+
+def test_three_tensors_with_a_channel_count_first_are_images_only_when_each_is_c_h_w():
+    assert batch_size([t(1, 8, 8, 2), t(1, 4, 4, 2), t(1, 2, 2, 2)]) == 1  # 4-d: fields of one row
+    assert batch_size([t(1, 20), t(1, 24), t(1, 28)]) == 1  # 2-d: fields of one row
+    assert batch_size([t(1, 20, 20), t(1, 24, 24), t(1, 28, 28)]) == 3  # (C, H, W): three images
