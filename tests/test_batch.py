@@ -143,6 +143,7 @@ def test_a_pair_of_tensors_reads_as_the_general_rules_say_whatever_its_container
         assert batch_size(make([t(8), torch.tensor(2.0)])) is None
         assert batch_size(make([torch.nn.Parameter(t(6, 2)), t(6)])) == 6
         assert batch_size(make([t(5, 8), t(8)])) is None  # the last dimension of one is not the batch
+        assert batch_size(make([t(5, 2), t(8, 5)])) is None
     deep = (t(9, 2), t(9))
     for _ in range(7):
         deep = [deep]
