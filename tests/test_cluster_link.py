@@ -4,6 +4,7 @@ store. None of it may block the training thread or warn more than once."""
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import time
@@ -74,13 +75,20 @@ def run_ranks(store, world: int, ranks, run_dir, **options) -> tuple[dict[int, R
     for r in ranks:
         extra = {k: v[r] for k, v in per_rank.items() if r in v}
         threads[r] = Rank(store, world, r, run_dir, start_barrier=barrier, **options, **extra)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for t in threads.values():
-            t.start()
-        for t in threads.values():
-            t.join(30)
-            assert t.error is None, t.error
+    # The interpreter's own collections are not trainperf blocking a rank: a full one in a test process
+    # that has run many tests can take tens of milliseconds, on whichever thread allocates.
+    gc.collect()
+    gc.disable()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for t in threads.values():
+                t.start()
+            for t in threads.values():
+                t.join(30)
+                assert t.error is None, t.error
+    finally:
+        gc.enable()
     return threads, [str(w.message) for w in caught]
 
 
