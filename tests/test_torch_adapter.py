@@ -363,6 +363,15 @@ def clocked_listener(clock, frequency=1, **kw):
     return PerformanceListener(frequency, sinks=[], sink_thread=False, verdict=False, clock=clock, history=None, **kw)
 
 
+def costly_attached(compute_s, frequency=1):
+    """A model whose forward costs ``compute_s`` on a fake clock from 0, attached to a listener on
+    that clock: ``(clock, model, listener, attachment, optimizer)``."""
+    clock = FakeClock(0.0)
+    model = CostlyNet(clock, compute_s)
+    lst = clocked_listener(clock, frequency)
+    return clock, model, lst, attach(model, lst), torch.optim.SGD(model.parameters(), lr=0.1)
+
+
 def sgd_step(model, opt, *inputs):
     opt.zero_grad()
     sum(model(x).sum() for x in inputs).backward()
@@ -422,11 +431,7 @@ def test_optimizer_steps_without_a_forward_are_iterations_of_one_batch_and_their
 
 
 def test_a_loop_over_a_list_has_its_gaps_as_data_wait_in_every_window():
-    clock = FakeClock(0.0)
-    model = CostlyNet(clock, 0.003)
-    lst = clocked_listener(clock, 2)
-    handle = attach(model, lst)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    clock, model, lst, handle, opt = costly_attached(0.003, 2)
     batches = [(torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long))] * 8
     for x, y in batches:
         clock.advance(0.002)  # the gap before the forward: a data wait as far as anyone can tell
@@ -438,11 +443,7 @@ def test_a_loop_over_a_list_has_its_gaps_as_data_wait_in_every_window():
 
 
 def test_the_first_iteration_counts_the_first_fetch():
-    clock = FakeClock(0.0)
-    model = CostlyNet(clock, 0.005)
-    lst = clocked_listener(clock)
-    handle = attach(model, lst)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    clock, model, lst, handle, opt = costly_attached(0.005, 1)
     for x, y in torch.utils.data.DataLoader(ClockedData(clock, 0.010, 3), batch_size=None):
         step(model, opt, x, y)
     handle.detach()
@@ -654,11 +655,7 @@ def test_a_rank_that_joins_its_cluster_times_collectives_and_its_iterable_and_on
 
 
 def test_time_left_out_with_exclude_is_in_no_share_of_a_loop_without_a_loader():
-    clock = FakeClock(0.0)
-    model = CostlyNet(clock, 0.005)
-    lst = clocked_listener(clock, 1)
-    handle = attach(model, lst)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    clock, model, lst, handle, opt = costly_attached(0.005, 1)
     x, y = torch.ones(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
     for _ in range(4):
         clock.advance(0.030)  # evaluation, left out
@@ -671,11 +668,7 @@ def test_time_left_out_with_exclude_is_in_no_share_of_a_loop_without_a_loader():
 
 
 def test_host_work_after_the_step_of_a_loader_loop_is_other_time():
-    clock = FakeClock(0.0)
-    model = CostlyNet(clock, 0.005)
-    lst = clocked_listener(clock, 1)
-    handle = attach(model, lst)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    clock, model, lst, handle, opt = costly_attached(0.005, 1)
     for x, y in torch.utils.data.DataLoader(ClockedData(clock, 0.004, 5), batch_size=None):
         step(model, opt, x, y)
         clock.advance(0.010)  # logging
