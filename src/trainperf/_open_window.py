@@ -57,8 +57,7 @@ class OpenWindow:
         times[name] = times.get(name, 0.0) + seconds
 
     def add_sample(self, name: str, seconds: float) -> None:
-        times = self._times
-        times[name] = times.get(name, 0.0) + seconds
+        self.add_time(name, seconds)
         samples = self._samples.get(name)
         if samples is None:
             samples = self._samples[name] = []

@@ -131,8 +131,7 @@ class PerformanceCallback(_CallbackBase):
         self._fetch_started: float | None = None  # inside the fetcher's timed next()
         self._boundary = 0.0  # the end of the previous step
         self._gap_etl = 0.0  # data wait since then, not yet given to an iteration
-        self._first_fetch: float | None = None  # when the first fetch before training began
-        self._started_training = False
+        self._first_fetch: float | None = None  # when the first fetch began (read when training starts)
         self._etl = 0.0
         self._other = 0.0
         self._observing = False
@@ -161,16 +160,11 @@ class PerformanceCallback(_CallbackBase):
             self._logger_sink = LoggerSink(trainer)
             self.listener.add_sink(self._logger_sink)
         # Lightning creates the first epoch's iterator (and, for a loader without a length, fetches
-        # its first batch) before ``on_train_start``: the loader hooks time them from here on, and the
-        # first window starts where they began.
-        self._observe_loader()
-
-    def _observe_loader(self) -> None:
-        self.thread = threading.get_ident()
-        self.clock = self._clock
-        if not self._observing:
-            loop_hooks.register(self)
-            self._observing = True
+        # its first batch) before ``on_train_start``: the loader hooks time them from here on (on this
+        # thread, with the listener's clock, as ``_reset_state`` set them), and the first window
+        # starts where they began.
+        loop_hooks.register(self)
+        self._observing = True
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         listener = self.listener
@@ -196,10 +190,8 @@ class PerformanceCallback(_CallbackBase):
         listener.set_etl_source("loader")
         if device is not None and getattr(device, "type", None) == "cpu":
             listener.set_step_threads(torch.get_num_threads())
-        self._observe_loader()
         first_fetch = self._first_fetch
         listener.start(at=first_fetch)
-        self._started_training = True
         # a fetch before now (the first epoch's iterator) is the first iteration's data wait
         self._boundary = self._clock() if first_fetch is None else first_fetch
 
@@ -246,7 +238,7 @@ class PerformanceCallback(_CallbackBase):
     # -- the loader hooks (DataLoader.iter() and fetches outside the fetcher's timed next()) --
     def on_fetch(self, started: float, ended: float, batch: Any) -> None:
         if self._fetch_started is None:  # else the fetcher's own span times it
-            if not self._started_training and self._first_fetch is None:
+            if self._first_fetch is None:
                 self._first_fetch = started
             self._add_fetch(started, ended)
 
