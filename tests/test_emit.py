@@ -70,6 +70,35 @@ def test_a_flush_is_woken_by_the_writer_not_by_its_polling_timeout():
     emitter.close()
 
 
+def test_the_writer_is_not_woken_per_record_but_delivers_all_queued_at_its_next_wake(monkeypatch):
+    """With the writer's period set to a minute, records wait in the queue (a record does not wake
+    the writer: waking it per report hands the interpreter over twice per report); a flush wakes it
+    and it delivers everything queued, in order, on its own thread, in one burst."""
+    monkeypatch.setattr(_emit, "WRITE_EVERY_S", 60.0)
+    seen: list[tuple[int, str]] = []
+    emitter = Emitter([lambda r: seen.append((r.iteration, threading.current_thread().name))])
+    emitter.deliver(record(0))
+    assert emitter.flush(10.0) and [i for i, _ in seen] == [0]  # the writer is up and asleep again
+    for i in range(1, 6):
+        emitter.deliver(record(i))
+    time.sleep(0.2)
+    assert [i for i, _ in seen] == [0] and emitter.pending == 5
+    assert emitter.flush(10.0)
+    assert seen == [(i, "trainperf-writer") for i in range(6)]
+    emitter.close()
+
+
+def test_without_a_flush_records_reach_the_sinks_within_the_writers_period():
+    """Someone watching a sink's file sees each record about one period after its report."""
+    got = threading.Event()
+    emitter = Emitter([lambda r: got.set()])
+    began = time.perf_counter()
+    emitter.deliver(record(1))
+    assert got.wait(10.0)
+    assert time.perf_counter() - began < 10 * _emit.WRITE_EVERY_S + 1.0
+    emitter.close()
+
+
 def test_a_task_that_raises_is_said_and_the_writer_goes_on():
     got: list[int] = []
     said: list[str] = []
@@ -419,6 +448,7 @@ def test_the_limits_are_the_documented_ones():
     assert f"The queue holds {_emit.QUEUE_SIZE:,} records" in docs
     assert f"at most {_emit.FLUSH_TIMEOUT_S:g} seconds" in docs
     assert f"(at most {_emit.EXIT_TIMEOUT_S:g} seconds in all)" in docs
+    assert f"wakes every {1000 * _emit.WRITE_EVERY_S:g} ms" in docs
 
 
 def test_a_hanging_sink_holds_up_interpreter_exit_for_the_exit_allowance_only():

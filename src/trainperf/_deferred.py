@@ -57,28 +57,51 @@ class HostWindow:
 
 
 class PendingWindows:
-    """Closed windows waiting for their device events, oldest first.
+    """The device clock a listener measures with, and the closed windows waiting for it, oldest first.
+    Without a clock (the host's alone) nothing waits.
 
     Args:
-        timeline: the device clock whose events the windows wait for.
+        timeline: the device clock whose events the windows wait for, or ``None``.
     """
 
-    def __init__(self, timeline: DeviceTimeline) -> None:
+    __slots__ = ("timeline", "_windows")
+
+    def __init__(self, timeline: DeviceTimeline | None = None) -> None:
         self.timeline = timeline
         self._windows: deque[HostWindow] = deque()
 
     def __len__(self) -> int:
         return len(self._windows)
 
-    def add(self, window: HostWindow) -> None:
-        """Keep ``window`` until its device work has completed."""
+    def use(self, timeline: DeviceTimeline | None) -> list[tuple[HostWindow, DeviceWindow]]:
+        """Measure with ``timeline`` from now on (and start it); returns the windows that waited for
+        the previous clock, after waiting for it once."""
+        done = self.drain()
+        self.timeline = timeline
+        self.restart()
+        return done
+
+    def restart(self) -> None:
+        """Training (re)starts: the clock's next event opens the first iteration."""
+        if self.timeline is not None:
+            self.timeline.start()
+
+    def stage(self, score: Any) -> Any:
+        """The loss, copied to the host behind the step's work (read once the window's events completed)."""
+        if self.timeline is None or score is None:
+            return score
+        return self.timeline.stage(score)
+
+    def add(self, window: HostWindow) -> list[tuple[HostWindow, DeviceWindow]]:
+        """Keep ``window`` until its device work has completed; returns the windows done by now."""
         self._windows.append(window)
+        return self.poll()
 
     def poll(self) -> list[tuple[HostWindow, DeviceWindow]]:
         """The windows, oldest first, whose device work has completed by now (never blocks)."""
         done: list[tuple[HostWindow, DeviceWindow]] = []
         timeline = self.timeline
-        while self._windows:
+        while self._windows and timeline is not None:
             host = self._windows[0]
             n = host.figures.iterations
             if not timeline.ready(n):
@@ -89,7 +112,7 @@ class PendingWindows:
 
     def drain(self) -> list[tuple[HostWindow, DeviceWindow]]:
         """Every window, after waiting once for the device (end of training)."""
-        if not self._windows:
+        if not self._windows or self.timeline is None:
             return []
         self.timeline.wait()
         return self.poll()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import socket
@@ -33,7 +32,7 @@ from ._verdict import (
     LOOP_BOUND_SHARE,
 )
 from ._window import WindowEntry, WindowFigures, window_figures
-from .ranks._spans import open_run_dir, write_spans
+from .ranks._spans import RunDirLink
 from .sinks._base import Sink, SinkError
 from .sinks._memory import MemorySink
 
@@ -172,8 +171,8 @@ class PerformanceListener:
         self._owner: int | None = None  # the thread that records; None until the first call
         self._shared = False
         self._lock = threading.RLock()
-        self._timeline: DeviceTimeline | None = None
-        self._pending: PendingWindows | None = None
+        self._device = PendingWindows()  # the device clock (CUDA events) and the windows waiting for it
+        self._timeline: DeviceTimeline | None = None  # the device clock, for the hot path
         self._open = OpenWindow()
         self._closed = False
         self._explicit_etl = False
@@ -181,9 +180,9 @@ class PerformanceListener:
         self._explicit_source = "given"
         self._count = 0
         self._next_report = 0
-        self._run_dir = open_run_dir(run_dir, self.rank, clock, wall_clock)  # offset to the raw clock
+        self._run_dir = RunDirLink.open(run_dir, self.rank, clock, wall_clock)
         if self._run_dir is not None:
-            self._emitter.sinks.append(self._run_dir[0])
+            self._emitter.sinks.append(self._run_dir.sink)
         self._reset_window(self._clock(), first=True)
 
     # ------------------------------------------------------------------ set-up
@@ -213,12 +212,7 @@ class PerformanceListener:
         A run directory that has received nothing yet moves to the rank's folder."""
         self.rank = check_int("rank", rank, optional=True)
         if self._run_dir is not None and rank is not None:
-            sink = self._run_dir[0]
-            if sink.rank != rank and not sink.closed:
-                try:
-                    sink.set_rank(rank)
-                except ValueError as exc:
-                    warnings.warn(f"trainperf: {exc}", SinkError, stacklevel=2)
+            self._run_dir.set_rank(rank)
 
     def use_device(self, index: int | None, timeline: DeviceTimeline | None = None) -> None:
         """The model runs on device ``index`` (a CUDA ordinal): later records carry it, and with a
@@ -264,11 +258,9 @@ class PerformanceListener:
                     f"timeline must be a DeviceTimeline (missing {', '.join(missing)}), got {timeline!r}"
                 )
         with self._lock:
-            self._emit_all(self._drain())
+            self._emit_all(self._device.use(timeline))
             self._timeline = timeline
-            self._pending = PendingWindows(timeline) if timeline is not None else None
-            if timeline is not None:
-                timeline.start()
+            self._next_report = self._open.end
 
     @property
     def timeline(self) -> DeviceTimeline | None:
@@ -303,8 +295,7 @@ class PerformanceListener:
             self._emit_all(self._drain())
         now = self._clock()
         self._reset_window(now if at is None or at > now else at, first=self._count == 0)
-        if self._timeline is not None:
-            self._timeline.start()
+        self._device.restart()
 
     def add_etl(self, seconds: float) -> None:
         """Add data-loading wait measured by a loader wrapper to the current iteration.
@@ -501,7 +492,7 @@ class PerformanceListener:
         window.reset(now, self._count, self.frequency, first=first)
         self._append = window.entries.append  # bound once per window: the hot path's one call
         # While windows wait for the device, every iteration takes the report path to poll it.
-        self._next_report = self._count + 1 if self._pending else window.end
+        self._next_report = self._count + 1 if self._device else window.end
 
     def _report(self, last: WindowEntry) -> PerformanceRecord | None:
         with self._lock:  # another thread's first call waits for a report to end
@@ -509,9 +500,8 @@ class PerformanceListener:
             closes = not (self._count < window.end or last[0] < window.start)
             timeline = self._timeline
             if timeline is not None:
-                if closes and self.report_score and window.score is not None:
-                    # Copied to the host behind the step's work; read once the end event completed.
-                    window.score = timeline.stage(window.score)
+                if closes and self.report_score:
+                    window.score = self._device.stage(window.score)
                 timeline.end()
             if not closes:
                 # An iteration polling windows that wait for the device; or one that passed the
@@ -559,16 +549,10 @@ class PerformanceListener:
             hardware=readings.read_hardware(self._notices.once),
             excluded=open_window.take_excluded(self._count, figures.iterations),
         )
-        pending = self._pending
-        record: PerformanceRecord | None
-        if pending is None:
-            record = self._emit(host, None)
-        else:
-            pending.add(host)
-            record = self._emit_all(pending.poll())
+        record = self._emit(host, None) if self._timeline is None else self._emit_all(self._device.add(host))
         if self._run_dir is not None:  # the window's host timeline, once its iterations are known
-            self._emitter.submit(functools.partial(write_spans, self._run_dir, window_start, window,
-                                                   host.iteration, self._clock_shift()))
+            self._emitter.submit(self._run_dir.spans_task(window_start, window, host.iteration,
+                                                          self._user_clock.shift))
         return record
 
     def _own_end(self, began: float, *, new_window: bool = False) -> None:
@@ -581,12 +565,9 @@ class PerformanceListener:
     def _poll_pending(self) -> PerformanceRecord | None:
         """Build the records of windows whose device work has completed; called with the lock held
         on the iterations after a window closed, while some wait. Its cost is left out of the window."""
-        pending = self._pending
-        if pending is None:
-            self._next_report = self._open.end
-            return None
-        done = pending.poll()
-        if not pending:
+        device = self._device
+        done = device.poll()
+        if not device:
             self._next_report = self._open.end
         if not done:
             return None
@@ -600,8 +581,7 @@ class PerformanceListener:
 
     def _drain(self) -> list[tuple[HostWindow, DeviceWindow]]:
         """Every window still waiting for the device, after waiting for it once (end of training)."""
-        pending = self._pending
-        done = pending.drain() if pending is not None and len(pending) else []
+        done = self._device.drain()
         self._next_report = self._open.end
         return done
 
@@ -695,10 +675,10 @@ class PerformanceListener:
         record = None
         window = self._open
         if window.entries:
-            if self._timeline is not None and self.report_score and window.score is not None:
-                window.score = self._timeline.stage(window.score)  # read after the wait below
+            if self.report_score:
+                window.score = self._device.stage(window.score)  # read after the wait below
             record = self._report_locked(window.entries.pop())
-        if self._pending is not None and len(self._pending):
+        if self._device:
             began = self._own.begin()
             try:
                 record = self._emit_all(self._drain()) or record
@@ -738,10 +718,6 @@ class PerformanceListener:
         """What :attr:`clock` reads (``raw() - own.total - offset.total``), for an adapter's hot path
         that reads it inline."""
         return self._user_clock
-
-    def _clock_shift(self) -> float:
-        """Seconds the raw clock is ahead of :attr:`clock` now."""
-        return self._user_clock.shift
 
     @property
     def closed(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -14,8 +15,6 @@ __all__: list[str] = []
 
 #: ``(iteration, start_wall_s, etl_s, compute_s, other_s)``: what :meth:`trainperf.RunDirSink.timeline` takes.
 TimelineRow = tuple[int, float, float, float, float]
-#: A listener's run directory sink and the seconds to add to its clock to get wall time.
-RunDir = tuple[RunDirSink, float]
 
 
 def span_rows(
@@ -40,49 +39,77 @@ def span_rows(
     return rows
 
 
-def open_run_dir(
-    run_dir: str | os.PathLike[str] | None, rank: int | None, clock: Callable[[], float],
-    wall_clock: Callable[[], float],
-) -> RunDir | None:
-    """A listener's :class:`RunDirSink` (rank 0 when no rank is known; local rank and world size from
-    torchrun's ``LOCAL_RANK`` / ``WORLD_SIZE``) and its clock's offset to wall time, taken once.
+class RunDirLink:
+    """A listener's run directory: its :class:`RunDirSink` and the seconds to add to the listener's
+    raw clock to get wall time (taken once, when it opens).
 
     Args:
-        run_dir: the run's folder, or ``None`` for no run directory.
-        rank: the listener's rank.
-        clock: the listener's monotonic clock.
-        wall_clock: the listener's wall clock.
+        sink: the rank's run directory sink.
+        wall_offset: wall time less the listener's raw clock.
     """
-    if run_dir is None:
-        return None
-    rank = 0 if rank is None else rank
-    local_rank, world_size = _env_int("LOCAL_RANK"), _env_int("WORLD_SIZE")
-    sink = RunDirSink(run_dir, rank=rank, local_rank=local_rank, wall_clock=wall_clock,
-                      world_size=world_size if world_size is not None and world_size > rank else None)
-    return sink, wall_clock() - clock()
 
+    __slots__ = ("sink", "wall_offset")
 
-def write_spans(
-    run_dir: RunDir, start: float, window: Sequence[WindowEntry], last_iteration: int, shift: float = 0.0
-) -> None:
-    """Hand a reported window's iterations to the run directory's bounded timeline; a failure warns
-    and training goes on.
+    def __init__(self, sink: RunDirSink, wall_offset: float) -> None:
+        self.sink, self.wall_offset = sink, wall_offset
 
-    Args:
-        run_dir: what :func:`open_run_dir` returned.
-        start: the listener's clock time at which the window started.
-        window: the window's entries.
-        last_iteration: the number of the window's last iteration.
-        shift: seconds the listener's raw clock is ahead of the clock its window was measured with
-            (trainperf's own time and the time left out so far).
-    """
-    sink, wall_offset = run_dir
-    if sink.closed:
-        return
-    try:
-        sink.spans(span_rows(start, window, last_iteration, wall_offset + shift))
-    except Exception as exc:  # noqa: BLE001 - the timeline must never stop training
-        warnings.warn(f"trainperf could not write the timeline of {sink!r}: {exc!r}", SinkError, stacklevel=3)
+    @classmethod
+    def open(
+        cls, run_dir: str | os.PathLike[str] | None, rank: int | None, clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+    ) -> RunDirLink | None:
+        """The link for ``run_dir`` (rank 0 when no rank is known; local rank and world size from
+        torchrun's ``LOCAL_RANK`` / ``WORLD_SIZE``), or ``None`` without one.
+
+        Args:
+            run_dir: the run's folder, or ``None`` for no run directory.
+            rank: the listener's rank.
+            clock: the listener's raw monotonic clock.
+            wall_clock: the listener's wall clock.
+        """
+        if run_dir is None:
+            return None
+        rank = 0 if rank is None else rank
+        local_rank, world_size = _env_int("LOCAL_RANK"), _env_int("WORLD_SIZE")
+        sink = RunDirSink(run_dir, rank=rank, local_rank=local_rank, wall_clock=wall_clock,
+                          world_size=world_size if world_size is not None and world_size > rank else None)
+        return cls(sink, wall_clock() - clock())
+
+    def set_rank(self, rank: int) -> None:
+        """The process's rank became known: a directory that has received nothing yet moves to its
+        folder; one that has is left where it is, with a warning."""
+        sink = self.sink
+        if sink.rank != rank and not sink.closed:
+            try:
+                sink.set_rank(rank)
+            except ValueError as exc:
+                warnings.warn(f"trainperf: {exc}", SinkError, stacklevel=3)
+
+    def spans_task(
+        self, start: float, window: Sequence[WindowEntry], last_iteration: int, shift: float
+    ) -> Callable[[], None]:
+        """What writes a reported window's iterations to the run directory's bounded timeline, run
+        where the sinks run (after the window's record); a failure warns and training goes on.
+
+        Args:
+            start: the listener's clock time at which the window started.
+            window: the window's entries (the list is the task's from now on).
+            last_iteration: the number of the window's last iteration.
+            shift: seconds the listener's raw clock is ahead of the clock its window was measured
+                with (trainperf's own time and the time left out so far).
+        """
+        return functools.partial(self._write_spans, start, window, last_iteration, self.wall_offset + shift)
+
+    def _write_spans(self, start: float, window: Sequence[WindowEntry], last_iteration: int,
+                     wall_offset: float) -> None:
+        sink = self.sink
+        if sink.closed:
+            return
+        try:
+            sink.spans(span_rows(start, window, last_iteration, wall_offset))
+        except Exception as exc:  # noqa: BLE001 - the timeline must never stop training
+            warnings.warn(f"trainperf could not write the timeline of {sink!r}: {exc!r}", SinkError,
+                          stacklevel=3)
 
 
 def _env_int(name: str) -> int | None:
