@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from ._record import PerformanceRecord
-from .sinks._base import FanOut, Sink, SinkError, on_training_thread
+from .sinks._base import FanOut, Sink, SinkError, describe, on_training_thread
 
 __all__: list[str] = []
 
@@ -122,7 +122,7 @@ class Emitter:
         self._put(task)
 
     def _say_task(self, task: Callable[[], object], exc: BaseException) -> None:
-        self._say(f"trainperf: writing {getattr(task, '__qualname__', task)!r} failed: {exc!r}")
+        self._say(f"trainperf: writing {_name(task)} failed: {describe(exc)}")
 
     def _put(self, item: PerformanceRecord | Callable[[], object]) -> None:
         if self._thread is None:
@@ -165,7 +165,7 @@ class Emitter:
             else:
                 item()
         except Exception as exc:  # noqa: BLE001 - the writer never dies
-            failures = [f"trainperf: writing {getattr(item, '__qualname__', item)!r} failed: {exc!r}"]
+            failures = [f"trainperf: writing {_name(item)} failed: {describe(exc)}"]
         self._failures.extend(failures)
         self._done_count += 1
 
@@ -220,6 +220,11 @@ class Emitter:
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+def _name(task: object) -> str:
+    qualname = getattr(task, "__qualname__", None)
+    return repr(qualname) if isinstance(qualname, str) else describe(task)
 
 
 def _warn(message: str) -> None:

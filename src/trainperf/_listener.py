@@ -33,7 +33,7 @@ from ._verdict import (
 )
 from ._window import WindowEntry, WindowFigures, window_figures
 from .ranks._spans import RunDirLink
-from .sinks._base import Sink, SinkError
+from .sinks._base import Sink, SinkError, describe
 from .sinks._memory import MemorySink
 
 __all__ = ["PerformanceListener", "BottleneckWarning"]
@@ -194,7 +194,7 @@ class PerformanceListener:
     def add_sink(self, sink: Sink) -> None:
         """Add a sink; it receives every later record."""
         if not callable(sink):
-            raise TypeError(f"sink must be a callable taking a record, got {sink!r}")
+            raise TypeError(f"sink must be a callable taking a record, got {describe(sink)}")
         self._emitter.sinks.append(sink)
 
     def set_epoch(self, epoch: int | None) -> None:

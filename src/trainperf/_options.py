@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ._check import check_bool, check_int
 from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds
-from .sinks._base import Sink
+from .sinks._base import Sink, describe
 from .sinks._logging import LoggingSink
 
 __all__: list[str] = []
@@ -76,9 +76,10 @@ class ListenerOptions:
 def checked_sinks(sinks: Iterable[Sink] | None) -> list[Sink]:
     """A listener's sinks as a list, each checked (``None``: one :class:`~trainperf.LoggingSink`)."""
     if sinks is not None and (isinstance(sinks, (str, bytes)) or not isinstance(sinks, Iterable)):
-        raise TypeError(f"sinks must be an iterable of sinks (callables taking a record) or None, got {sinks!r}")
+        raise TypeError("sinks must be an iterable of sinks (callables taking a record) or None, "
+                        f"got {describe(sinks)}")
     sink_list: list[Sink] = [LoggingSink()] if sinks is None else list(sinks)
     for sink in sink_list:
         if not callable(sink):
-            raise TypeError(f"sinks must be callables taking a record, got {sink!r}")
+            raise TypeError(f"sinks must be callables taking a record, got {describe(sink)}")
     return sink_list

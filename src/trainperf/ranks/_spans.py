@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Callable, Sequence
 
 from .._window import WindowEntry
-from ..sinks._base import SinkError
+from ..sinks._base import SinkError, describe
 from ._sink import RunDirSink
 
 __all__: list[str] = []
@@ -108,7 +108,7 @@ class RunDirLink:
         try:
             sink.spans(span_rows(start, window, last_iteration, wall_offset))
         except Exception as exc:  # noqa: BLE001 - the timeline must never stop training
-            warnings.warn(f"trainperf could not write the timeline of {sink!r}: {exc!r}", SinkError,
+            warnings.warn(f"trainperf could not write the timeline of {describe(sink)}: {describe(exc)}", SinkError,
                           stacklevel=3)
 
 

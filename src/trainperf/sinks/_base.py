@@ -24,11 +24,24 @@ class SinkError(RuntimeWarning):
     """Warning category used when a sink raises; training goes on."""
 
 
+def describe(obj: object) -> str:
+    """``repr(obj)`` for a message, or its type and id when its ``__repr__`` raises: a broken sink
+    (or the exception it raised) is said, never the reason a message itself fails."""
+    try:
+        return repr(obj)
+    except Exception:  # noqa: BLE001 - any failure of a user's __repr__
+        return f"<{type(obj).__qualname__} object at {id(obj):#x} (its repr raised)>"
+
+
 def on_training_thread(sink: Sink) -> bool:
     """Whether ``sink`` must run on the training thread, inside the report, rather than on the
     listener's writer thread: it says so with a true ``on_training_thread`` attribute (a sink that
-    reads the trainer's live state, or writes to objects only that thread may touch)."""
-    return getattr(sink, "on_training_thread", False) is True
+    reads the trainer's live state, or writes to objects only that thread may touch). An attribute
+    that raises reads as false."""
+    try:
+        return getattr(sink, "on_training_thread", False) is True
+    except Exception:  # noqa: BLE001 - a property of the user's that raises
+        return False
 
 
 class FanOut:
@@ -69,7 +82,7 @@ class FanOut:
         for sink, _, trace in failures:
             if id(sink) not in self._warned:
                 self._warned.add(id(sink))
-                messages.append(f"trainperf sink {sink!r} raised and was skipped for this record "
+                messages.append(f"trainperf sink {describe(sink)} raised and was skipped for this record "
                                 f"(further failures of this sink are silent):\n{trace}")
         return messages
 
@@ -77,14 +90,14 @@ class FanOut:
         """Close every sink that has a ``close()``, all of them even when one fails."""
         failures: list[tuple[Sink, BaseException]] = []
         for sink in self.sinks:
-            close = getattr(sink, "close", None)
-            if close is None:
-                continue
             try:
-                close()
+                close = getattr(sink, "close", None)
+                if close is not None:
+                    close()
             except Exception as exc:  # noqa: BLE001
                 failures.append((sink, exc))
         for failed, error in failures:
-            warnings.warn(f"trainperf sink {failed!r} failed to close: {error!r}", SinkError, stacklevel=2)
+            warnings.warn(f"trainperf sink {describe(failed)} failed to close: {describe(error)}", SinkError,
+                          stacklevel=2)
         if failures and self.strict:
             raise failures[0][1]
