@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 
 import pytest
 
@@ -18,14 +17,14 @@ def test_the_temporary_file_is_beside_the_target_and_the_old_content_stays_until
     target.write_text("old", encoding="utf-8")
     seen = {}
     made = []
-    real_mkstemp = tempfile.mkstemp
+    real_create = _atomic._create_beside
 
-    def spy(*args, **kwargs):
-        fd, name = real_mkstemp(*args, **kwargs)
+    def spy(target_path):
+        fd, name = real_create(target_path)
         made.append(name)
         return fd, name
 
-    monkeypatch.setattr(_atomic.tempfile, "mkstemp", spy)
+    monkeypatch.setattr(_atomic, "_create_beside", spy)
 
     def write(f):
         f.write("new")
@@ -78,3 +77,34 @@ def test_the_new_file_has_a_plain_files_permissions_not_a_temporary_files(tmp_pa
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_the_process_umask_is_never_changed_not_even_for_a_moment(tmp_path, monkeypatch, mask, mode):
+    """Setting the umask to 0 to read it gives a file another thread creates meanwhile the
+    permissions 0o666: the writer leaves the umask to the kernel's own file creation."""
+    old = os.umask(mask)
+    try:
+        def no_umask(value: int) -> int:
+            raise AssertionError(f"os.umask({value:#o}) called")
+
+        monkeypatch.setattr(os, "umask", no_umask)
+        atomic_write(tmp_path / "out.txt", lambda f: f.write("x"))
+        atomic_write(tmp_path / "out.txt", lambda f: f.write("y"))  # over an existing file
+        monkeypatch.undo()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == mode
+    assert (tmp_path / "out.txt").read_text() == "y"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_temporary_names_that_exist_already_are_skipped(tmp_path, monkeypatch):
+    import secrets
+
+    names = iter(["aaaaaaaaaaaa", "aaaaaaaaaaaa", "bbbbbbbbbbbb"])
+    monkeypatch.setattr(secrets, "token_hex", lambda n: next(names))
+    (tmp_path / ".out.txt.aaaaaaaaaaaa.tmp").write_text("someone else's")
+    atomic_write(tmp_path / "out.txt", lambda f: f.write("x"))
+    assert (tmp_path / "out.txt").read_text() == "x"
+    assert (tmp_path / ".out.txt.aaaaaaaaaaaa.tmp").read_text() == "someone else's"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Literal, overload
@@ -11,10 +11,21 @@ from typing import IO, Any, Literal, overload
 __all__: list[str] = []
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _create_beside(target: Path) -> tuple[int, str]:
+    """A new, empty file in ``target``'s folder, named after it, open for writing. Created with mode
+    ``0o666``, which the kernel lessens by the umask as for a plain ``open(path, "w")``: the process
+    umask is never read or changed (changing it, even for a moment, would give a file another thread
+    creates then the wrong permissions)."""
+    for _ in range(100):
+        tmp = os.path.join(target.parent, f".{target.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, _FLAGS, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {target}")
 
 
 @overload
@@ -38,9 +49,8 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], Any], *, b
         fsync: put the data on disk before the rename (survives power loss).
     """
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    fd, tmp = _create_beside(target)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())
         with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")) as f:
             write(f)
             if fsync:
