@@ -151,6 +151,65 @@ def test_callback_is_reusable_and_closes_its_listener(tmp_path):
     assert len(gc.callbacks) == before
 
 
+@pytest.mark.parametrize("package", [pl, L], ids=["pytorch_lightning", "lightning.pytorch"])
+def test_every_fit_of_one_callback_reaches_the_users_sinks_and_close_closes_them(tmp_path, package):
+    """Three fits (a validate and a test between them) on one callback: every record of every fit is
+    in every user sink; a fit's end leaves the sinks open; the callback's close() closes them."""
+    import json
+
+    from trainperf import MemorySink
+    from trainperf.sinks import CsvSink, JsonLinesSink
+
+    memory = MemorySink()
+    jsonl = JsonLinesSink(tmp_path / "perf.jsonl")
+    table = CsvSink(tmp_path / "perf.csv")
+    closed: list[str] = []
+
+    class Closing:
+        def __call__(self, record):
+            pass
+
+        def close(self):
+            closed.append("closed")
+
+    callback = PerformanceCallback(2, sinks=[memory, jsonl, table, Closing()])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", category=RuntimeWarning)  # a SinkError on a closed sink fails
+        for fit in range(3):
+            run = trainer(package, callback, tmp_path, max_steps=4, limit_val_batches=1, limit_test_batches=1)
+            model = module_class(package.LightningModule)()
+            run.fit(model, loader(n=4))
+            assert callback.listener.closed and not jsonl.closed and closed == []
+            run.validate(model, loader(n=2), verbose=False)
+            if fit == 1:
+                model.test_step = model.validation_step
+                run.test(model, loader(n=2), verbose=False)
+    iterations = [2, 4] * 3
+    assert [r.iteration for r in memory.records] == iterations
+    lines = (tmp_path / "perf.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == iterations
+    with open(tmp_path / "perf.csv", newline="") as f:
+        assert [int(row["iteration"]) for row in csv.DictReader(f)] == iterations
+    callback.close()
+    assert jsonl.closed and table.closed and closed == ["closed"]
+    callback.close()  # idempotent
+    assert closed == ["closed"]
+
+
+def test_sinks_given_to_a_callback_are_closed_when_it_is_collected(tmp_path):
+    import gc
+
+    from trainperf.sinks import JsonLinesSink
+
+    jsonl = JsonLinesSink(tmp_path / "perf.jsonl")
+    callback = PerformanceCallback(2, sinks=[jsonl])
+    trainer(pl, callback, tmp_path, max_steps=2).fit(module_class(pl.LightningModule)(), loader(n=2))
+    assert not jsonl.closed
+    del callback
+    gc.collect()
+    assert jsonl.closed
+
+
 class ClockedDataset(torch.utils.data.Dataset):
     """Each batch advances a fake clock by ``load_s``."""
 

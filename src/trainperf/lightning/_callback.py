@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable, Iterable, Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .._gc import fetch_wait
 from .._listener import PerformanceListener
+from .._options import checked_sinks
 from .._timeline import DeviceTimeline
 from ..sinks import LoggerSink, Sink
+from ..sinks._base import FanOut, describe, on_training_thread
 from ..torch import _loop_hooks as loop_hooks
 from ..torch.shared import (
     batch_size,
@@ -76,6 +79,34 @@ class _TimedFetch:
         self.inner()
 
 
+class _Lent:
+    """A user's sink lent to one fit's listener: that listener's ``close()`` leaves it open (the
+    callback's next fit writes to it too); :meth:`PerformanceCallback.close` closes it."""
+
+    __slots__ = ("sink",)
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+
+    def __call__(self, record: Any) -> None:
+        self.sink(record)
+
+    @property
+    def on_training_thread(self) -> bool:
+        return on_training_thread(self.sink)
+
+    def close(self) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return describe(self.sink)
+
+
+def _close_sinks(sinks: list[Sink]) -> None:
+    FanOut(sinks, strict=False).close()
+    sinks.clear()
+
+
 class PerformanceCallback(_CallbackBase):
     """Reports Lightning training like :class:`~trainperf.PerformanceListener` reports a loop.
 
@@ -114,10 +145,28 @@ class PerformanceCallback(_CallbackBase):
         super().__init__()
         self._frequency = frequency
         self._options = dict(options)
+        # The user's sinks serve every fit: each fit's listener gets them lent, and closing it leaves
+        # them open; close() (or the callback's end, or the interpreter's) closes them.
+        self._sinks: list[Sink] | None = None if options.get("sinks") is None else checked_sinks(options["sinks"])
+        self._lent = None if self._sinks is None else [_Lent(sink) for sink in self._sinks]
+        self._options.pop("sinks", None)
         self.log_to_loggers = log_to_loggers
-        self.listener = PerformanceListener(frequency, **options)
+        self.listener = self._new_listener()
+        if self._sinks is not None:
+            weakref.finalize(self, _close_sinks, self._sinks)
         self._clock = self.listener.clock
         self._reset_state()
+
+    def _new_listener(self) -> PerformanceListener:
+        return PerformanceListener(self._frequency, **self._options, sinks=self._lent)
+
+    def close(self) -> None:
+        """Close the sinks given to the callback (each fit leaves them open for the next). Idempotent;
+        it also happens when the callback is collected or the interpreter exits."""
+        if not self.listener.closed:
+            self.listener.close()
+        if self._sinks is not None:
+            _close_sinks(self._sinks)
 
     def _reset_state(self) -> None:
         self._open = False
@@ -151,8 +200,7 @@ class PerformanceCallback(_CallbackBase):
         if stage != "fit":
             return
         if self.listener.closed:
-            sinks: Iterable[Sink] | None = self._options.get("sinks")
-            self.listener = PerformanceListener(self._frequency, **{**self._options, "sinks": sinks})
+            self.listener = self._new_listener()
             self._clock = self.listener.clock
         self._reset_state()
         self._trainer = trainer
