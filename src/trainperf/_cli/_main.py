@@ -81,7 +81,7 @@ def _plot(args: argparse.Namespace) -> int:
         data = _read_log(args.log)
         if not len(data):
             raise ValueError(f"{args.log}: no listener lines found ({data.skipped} other lines)")
-    fig = plot(data, title=args.title)
+    fig = plot(data, title=args.title, rank=args.rank)
     _write(out, lambda f: fig.savefig(f, format=suffix[1:], dpi=args.dpi), binary=True)
     print(f"wrote {out}", file=sys.stderr)
     return 0
@@ -142,6 +142,16 @@ def _bench(args: argparse.Namespace) -> int:
     else:
         print(format_bench(results))
     return 0
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -220,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("-o", "--output", required=True, help="the image to write: .png, .svg or .pdf")
     plot.add_argument("--title", help="the figure's title")
     plot.add_argument("--dpi", type=_positive_int, default=110, help="resolution of a .png (default 110)")
+    plot.add_argument("--rank", type=_non_negative_int, help="draw only this rank's lines (a log of several ranks "
+                      "draws each apart by default)")
     plot.set_defaults(func=_plot)
     add_report_command(command)
     return parser

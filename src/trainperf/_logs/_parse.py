@@ -96,8 +96,24 @@ class ParsedLog:
         with _no_cyclic_gc():
             frame = self._frame if self._frame is not None else _finish(self._text.to_frame(pd))  # type: ignore[union-attr]
             frame = frame.copy(deep=not _copies_on_write(pd))
-            frame["run"] = (frame["iteration"].diff() <= 0).cumsum().astype("int64")
+            frame["run"] = number_runs(frame)
             return frame
+
+
+def number_runs(frame: Any) -> Any:
+    """The ``run`` of each row: one per rank and per restart within a rank (the iteration number
+    going back), numbered from 0 in the order they first appear. Lines of several ranks
+    interleaved in one log (``torchrun``) are each rank's run, not a new run at every switch;
+    lines without a rank are one rank of their own."""
+    iteration = frame["iteration"]
+    if "rank" not in frame or not frame["rank"].notna().any():
+        return (iteration.diff() <= 0).cumsum().astype("int64")
+    import pandas as pd
+
+    rank = frame["rank"].astype("float64").fillna(-1.0)
+    restart = iteration.groupby(rank, sort=False).diff().le(0).groupby(rank, sort=False).cumsum()
+    codes, _ = pd.factorize(pd.MultiIndex.from_arrays([rank, restart]))
+    return pd.Series(codes, index=frame.index, dtype="int64")
 
 
 def _finish(frame: Any) -> Any:

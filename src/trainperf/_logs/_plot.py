@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._record import PerformanceRecord
-from ._parse import ParsedLog
+from ._parse import ParsedLog, number_runs
 
 __all__ = ["plot"]
 
@@ -29,12 +29,16 @@ def to_frame(data: Any) -> Any:
     raise TypeError(f"data must be a ParsedLog, a DataFrame or records, got {type(data).__name__}")
 
 
-def plot(data: Any, *, title: str | None = None) -> Any:
+def plot(data: Any, *, title: str | None = None, rank: int | None = None) -> Any:
     """Draw the run on one figure, one panel per figure that the data holds, against iteration.
+
+    The lines of several ranks in one log (``torchrun``) are drawn apart, one colour per rank, as
+    are the runs of a log that holds restarts (see :meth:`ParsedLog.to_pandas`).
 
     Args:
         data: what :func:`trainperf.parse_log` returned, its DataFrame, a listener, or records.
         title: the figure's title.
+        rank: draw only this rank's lines.
 
     Returns:
         The ``matplotlib.figure.Figure`` (save it with ``fig.savefig("run.png")``).
@@ -46,9 +50,10 @@ def plot(data: Any, *, title: str | None = None) -> Any:
         raise ImportError("plotting needs matplotlib: pip install 'trainperf[plot]'") from exc
     if len(frame) == 0:
         raise ValueError("data holds no listener records to plot")
-    x = frame["iteration"]
+    if rank is not None:
+        frame = _one_rank(frame, rank)
     if "run" not in frame:
-        frame = frame.assign(run=(x.diff() <= 0).cumsum())
+        frame = frame.assign(run=number_runs(frame))
     gc_ms_cols = [c for c in frame.columns if c.startswith("gc.") and c.endswith(".ms")]
     panels: list[tuple[str, list[tuple[str, str, dict[str, Any]]]]] = []
 
@@ -95,6 +100,7 @@ def plot(data: Any, *, title: str | None = None) -> Any:
         panels.append(("score (loss)", [("score", "score", {"color": "C1"})]))
 
     runs = [(key, _thin(part)) for key, part in frame.groupby("run", sort=True)]
+    names = _run_names(frame)
     thinned = max(part.attrs.get("windows_per_point", 1) for _, part in runs)
     fig = Figure(figsize=(9, 2.1 * len(panels) + 0.6), layout="constrained")
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
@@ -103,13 +109,13 @@ def plot(data: Any, *, title: str | None = None) -> Any:
         if label == _SHARES:
             _draw_shares(ax, runs)
             continue
-        for r, (_, part) in enumerate(runs):
+        for r, (key, part) in enumerate(runs):
             run_style: dict[str, Any] = {"alpha": 1.0 if len(runs) == 1 else 0.9}
             if len(runs) > 1:
                 run_style["marker"] = markers[r % len(markers)] or None
                 run_style["markersize"] = 3
             for j, (column, name, style) in enumerate(lines):
-                shown = name if len(runs) == 1 else f"{name}, run {r + 1}"
+                shown = name if len(runs) == 1 else f"{name}, {names[key]}"
                 color = style.get("color") if len(runs) == 1 else f"C{(r * len(lines) + j) % 10}"
                 ax.plot(part["iteration"], part[column], label=shown, linewidth=1.4,
                         **{**style, **run_style, "color": color})
@@ -142,6 +148,35 @@ def plot(data: Any, *, title: str | None = None) -> Any:
 #: A run with more report windows than this is drawn as bucket means; more points than pixels
 #: only paint a solid block.
 MAX_POINTS = 1000
+
+
+def _one_rank(frame: Any, rank: int) -> Any:
+    if isinstance(rank, bool) or not isinstance(rank, int):
+        raise TypeError(f"rank must be an int or None, got {rank!r}")
+    ranks = sorted({int(r) for r in frame["rank"].dropna()}) if "rank" in frame else []
+    if rank not in ranks:
+        held = f"the ranks in the data are {', '.join(map(str, ranks))}" if ranks else "the data names no rank"
+        raise ValueError(f"rank {rank} has no lines to plot: {held}")
+    return frame[frame["rank"] == rank]
+
+
+def _run_names(frame: Any) -> dict[Any, str]:
+    """How the legend names each run: ``run 2`` in a one-rank log, ``rank 1`` (``rank 1, run 2`` for a
+    rank restarted) when several ranks' lines are in it."""
+    if "rank" not in frame or frame["rank"].nunique(dropna=False) < 2:
+        return {key: f"run {n + 1}" for n, key in enumerate(sorted(frame["run"].unique()))}
+    first = frame.groupby("run", sort=True)["rank"].first()
+    attempts: dict[Any, int] = {}
+    names = {}
+    for key, rank in first.items():
+        attempts[rank] = attempts.get(rank, 0) + 1
+        names[key] = "no rank" if rank != rank else f"rank {int(rank)}"
+    seen: dict[Any, int] = {}
+    for key, rank in first.items():
+        if attempts[rank] > 1:
+            seen[rank] = seen.get(rank, 0) + 1
+            names[key] += f", run {seen[rank]}"
+    return names
 
 
 def _thin(part: Any) -> Any:
@@ -200,6 +235,8 @@ def _mark_epochs(axes: Any, frame: Any) -> None:
     """A dashed line where a new epoch starts, labelled on the top panel."""
     if "epoch" not in frame or not frame["epoch"].notna().any():
         return
+    if "rank" in frame and frame["rank"].nunique() > 1:  # every rank's epochs start at the same iterations
+        frame = frame[frame["rank"] == frame["rank"].dropna().iloc[0]]
     epochs = frame["epoch"]
     changed = epochs.ne(epochs.shift()) & epochs.shift().notna()
     # a new epoch starts where the previous window ended
