@@ -7,9 +7,11 @@ import gc
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any
 
+from .._record import PerformanceRecord
 from ._lines import (
     COLUMNS,
     CUT_LINE,
@@ -131,16 +133,24 @@ def _finish(frame: Any) -> Any:
     frame = frame.reindex(columns=names)
     if "warmup" in frame:
         frame["warmup"] = frame["warmup"].eq(True)
-    for name in INTEGER_COLUMNS:
+    for name in [*_WHOLE_NUMBERS, *(c for c in frame.columns if _is_gc_column(c) and c.endswith(".count"))]:
         if name in frame:
             # Through a float first, as the line patterns read every number: beyond 2**53 both
             # readers then give the same (nearest) whole number.
             column = frame[name].astype("float64")
-            if len(frame) and column.abs().lt(2.0**63).all():  # none missing, none too big
+            # none missing, none too big, and no fraction (kept as written, never cut to a whole number)
+            if len(frame) and column.abs().lt(2.0**63).all() and column.eq(column.round()).all():
                 frame[name] = column.astype("int64")
             else:
                 frame[name] = column
     return frame
+
+
+#: Columns of whole numbers: the text lines' (``\d+`` in their pattern) and the record's integer fields
+#: that JSON lines carry (``pid``, ``samples``, ``window_iterations``, ...).
+_WHOLE_NUMBERS = tuple(dict.fromkeys([
+    *INTEGER_COLUMNS, *(f.name for f in fields(PerformanceRecord) if f.type in ("int", "int | None")),
+]))
 
 
 def _is_gc_column(column: str) -> bool:
