@@ -199,3 +199,44 @@ def test_any_logger_prefix_cannot_change_the_records_fields(record, prefix):
     line = f"{prefix} ETL: 5 ms; iteration 999; " + format_line(record)
     log = parse_log([line])
     assert log.column("iteration") == [float(record.iteration)]
+
+
+@st.composite
+def cut_then_restarted(draw):
+    """Well-formed lines; one of them cut in the middle (its writer crashed) and, on the same line with
+    no newline between, the line a restarted writer wrote next; then more well-formed lines. The
+    kinds: each file holds one writer's kind."""
+    kind = draw(st.sampled_from(["text", "json", "dl4j"]))
+    before = draw(st.lists(records(plain_names), max_size=3))
+    cut_record, restarted = draw(records(plain_names)), draw(records(plain_names))
+    after = draw(st.lists(records(plain_names), max_size=3))
+    whole = line_of(kind, cut_record)
+    # a text line is known as a listener line by its ``ETL:`` (a cut line without one is just text)
+    # and the restarted line shows where it starts by its ``ETL:`` (a line without one, report_etl=False,
+    # glued to a cut one reads as that cut line's text: its record is read, the cut is not counted)
+    hypothesis.assume(kind == "json" or ("ETL: " in whole and "ETL: " in line_of(kind, restarted)))
+    start = whole.find("ETL: ") + len("ETL: ") if kind != "json" else 1
+    cut = whole[: draw(st.integers(start, len(whole) - 1))]
+    if kind == "json":
+        hypothesis.assume(not cut.endswith("}"))  # a cut JSON line is not a whole object
+    return kind, before, cut, restarted, after
+
+
+@given(cut_then_restarted())
+def test_a_cut_line_followed_on_the_same_line_by_a_restarted_runs_line_is_one_cut_and_one_record(case):
+    kind, before, cut, restarted, after = case
+    lines = [line_of(kind, r) for r in before] + [cut + line_of(kind, restarted)] + [line_of(kind, r) for r in after]
+    by_line, in_bulk = both_paths("\n".join(lines) + "\n")
+    assert_agree(by_line, in_bulk)
+    items = [(kind, r) for r in (*before, restarted, *after)]
+    assert by_line.truncated == 1
+    assert_reads(by_line, items)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["text", "json", "dl4j"]), records(plain_names)), min_size=1, max_size=6),
+       st.sampled_from(["utf-8-sig", "utf-16", "utf-16-le", "utf-16-be"]))
+def test_a_byte_order_mark_or_utf16_reads_as_the_same_log(items, encoding):
+    text = "".join(line_of(kind, record) + "\n" for kind, record in items)
+    by_line, in_bulk = both_paths(text.encode(encoding))
+    assert_agree(by_line, in_bulk)
+    assert_reads(by_line, items)

@@ -192,7 +192,9 @@ class _BulkReader:
         for shape in list(self.pending):
             self._flush(shape)
         if self.leftovers:
-            self.pieces.extend(_read_leftovers(self.leftovers, self.pd, self.np))
+            pieces, cut = _read_leftovers(self.leftovers, self.pd, self.np)
+            self.pieces.extend(pieces)
+            self.cut += cut
         if not self.pieces:
             return TextRows(raw={"iteration": []}).to_frame(self.pd)
         pieces = sorted(self.pieces, key=lambda piece: int(piece[0][0]))  # often no interleaving is left
@@ -262,9 +264,11 @@ def read_bulk(data: Iterable[bytes], pd: Any) -> tuple[Any, int, int]:
     return reader.result(), reader.lines, reader.cut
 
 
-def _read_leftovers(leftovers: list[tuple[int, bytes]], pd: Any, np: Any) -> list[tuple[Any, Any, dict[str, int]]]:
+def _read_leftovers(
+    leftovers: list[tuple[int, bytes]], pd: Any, np: Any,
+) -> tuple[list[tuple[Any, Any, dict[str, int]]], int]:
     """The rows of the lines no layout read, by the line patterns (and the JSON reader), with their
-    line numbers."""
+    line numbers; and how many JSON records among them were cut off with another written after them."""
     leftovers = sorted(leftovers, key=lambda item: item[0])  # in the order of the log, as the line path reads them
     text = b"\n".join(line for _, line in leftovers).decode("utf-8", errors="replace")
     json_rows, rest, rest_lines = split_json_lines(text)
@@ -279,4 +283,4 @@ def _read_leftovers(leftovers: list[tuple[int, bytes]], pd: Any, np: Any) -> lis
                 for name, values in found.raw.items()
             }
             pieces.append((np.asarray(numbers, dtype=np.int64), found.to_frame(pd), written_from))
-    return pieces
+    return pieces, json_rows.cut

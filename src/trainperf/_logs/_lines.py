@@ -36,8 +36,10 @@ INTEGER_COLUMNS = (*(f.name for f in (*DL4J_FIELDS, *TRAINPERF_FIELDS) if f.inte
 TEXT_COLUMNS = ("verdict", "warmup")
 _NUMERIC = frozenset(COLUMNS) - set(TEXT_COLUMNS)
 
-#: A listener line cut in the middle: it has the ``ETL:`` field but does not end with ``;``.
-CUT_LINE = re.compile(rb"ETL: [^\n]*+(?<![;\s])(?:\n|\Z)")  # possessive: one pass per line, no backtracking
+#: A listener line cut in the middle: it has the ``ETL:`` field but does not end with ``;``, or
+#: another line's ``ETL:`` follows on the same line (a crashed writer's cut line, then what the
+#: restarted one wrote, with no newline between them).
+CUT_LINE = re.compile(rb"ETL: [^\nE]*+(?:E(?!TL: )[^\nE]*+)*+(?:(?<![;\s])(?:\n|\Z)|(?=ETL: ))")  # one pass a line
 
 _NUM = r"([^ ;\n]*)"  # checked when converted: what is not a number becomes missing
 #: A line naming more collectors than this is not a listener line (no runtime has so many; reading
@@ -56,7 +58,8 @@ _ETL, _ITERATION, *_DL4J_REST = DL4J_FIELDS
 _BODY = (
     rf"{re.escape(_ITERATION.label)}(\d+);"
     + "".join(map(_optional, _DL4J_REST))
-    + rf"(?: GC: ((?:\[[^\]\n]*\](?:, )?){{0,{MAX_COLLECTORS}}}+);)?"
+    # (a collector's bracket never holds ``ETL: ``: that is the next line, glued to a cut one)
+    + rf"(?: GC: ((?:\[(?:[^\]\nE]|E(?!TL: ))*\](?:, )?){{0,{MAX_COLLECTORS}}}+);)?"
     + "".join(map(_optional, TRAINPERF_FIELDS))
     + r"( warm-up;)?"
     + r"(?: verdict: ([\w-]+) \((?:(\d+(?:\.\d+)?)%)?[^\n]*\);)?"
@@ -125,6 +128,8 @@ class TextRows:
     raw: dict[str, list[Any]] = field(default_factory=dict)
     rows: int = 0
     lines: list[int] | None = None
+    #: JSON records cut in the middle with another one written right after them on the same line
+    cut: int = 0
 
     def column(self, name: str) -> list[Any]:
         """One column: numbers as floats (``None`` where missing), ``verdict`` as text, ``warmup`` as bool."""
@@ -284,6 +289,7 @@ def split_json_lines(text: str) -> tuple[TextRows, str, list[int]]:
     json_lines: list[int] = []
     raw: dict[str, list[Any]] = {}
     rows = 0
+    cut = 0
     for number, line in enumerate(text.split("\n")):
         stripped = line.strip(JSON_SPACE)
         if not stripped.startswith("{"):
@@ -291,6 +297,10 @@ def split_json_lines(text: str) -> tuple[TextRows, str, list[int]]:
             rest_lines.append(number)
             continue
         fields = _json_fields(stripped)
+        if fields is None and (after := stripped.rfind(_JSON_START, 1)) > 0:
+            # a record cut in the middle (its writer crashed), then the restarted writer's record
+            fields = _json_fields(stripped[after:])
+            cut += fields is not None
         if fields is None:  # not a JSON record: perhaps a listener line behind a logger prefix with a ``{``
             rest.append(line)
             rest_lines.append(number)
@@ -315,7 +325,11 @@ def split_json_lines(text: str) -> tuple[TextRows, str, list[int]]:
     }
     for name in [name for name in raw if name.startswith("gc.") and name.endswith(".count") and name in ordered]:
         ordered[name[:-5] + "ms"] = raw.get(name[:-5] + "ms", [None] * rows)  # a collector's columns go together
-    return TextRows(raw=ordered, rows=rows, lines=json_lines), "\n".join(rest), rest_lines
+    return TextRows(raw=ordered, rows=rows, lines=json_lines, cut=cut), "\n".join(rest), rest_lines
+
+
+#: How a JSON record starts as trainperf writes it (its first key).
+_JSON_START = '{"iteration":'
 
 
 def parse_json_line(line: str) -> dict[str, Any] | None:

@@ -158,22 +158,55 @@ def _is_gc_column(column: str) -> bool:
 
 
 def _read_bytes(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> tuple[bytes, bool]:
-    """The log's bytes and whether its last line was complete (ended by a newline)."""
+    """The log's bytes as UTF-8 (see :func:`as_utf8`) and whether its last line was complete (ended by
+    a newline)."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
-            data = path.read_bytes()
+            data = as_utf8(path.read_bytes())
         except OSError as exc:
             raise _unreadable(path, exc) from exc
         return data, data.endswith(b"\n") or not data
     if hasattr(source, "read"):
         content = source.read()
         data = content if isinstance(content, bytes) else str(content).encode("utf-8", errors="surrogatepass")
+        data = as_utf8(data)
         return data, data.endswith(b"\n") or not data
     if isinstance(source, Iterable):
         lines = [ln if isinstance(ln, bytes) else str(ln).encode("utf-8", errors="surrogatepass") for ln in source]
-        return b"".join(ln if ln.endswith(b"\n") else ln + b"\n" for ln in lines), True
+        return as_utf8(b"".join(ln if ln.endswith(b"\n") else ln + b"\n" for ln in lines)), True
     raise TypeError(f"source must be a path, a file object or lines, got {type(source).__name__}")
+
+
+_UTF8_MARK = b"\xef\xbb\xbf"
+
+
+def utf16_of(head: bytes) -> str | None:
+    """The UTF-16 codec a log starting with ``head`` is written in (as Windows tools such as
+    PowerShell's ``>`` write text), else ``None``: its byte-order mark, or, without one, a NUL in
+    every other byte of its first line (no UTF-8 text holds NULs like that)."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"  # the codec reads the mark and drops it
+    sample = head[: 2 * (len(head) // 2)][:512]
+    if len(sample) < 8:
+        return None
+    even, odd = sample[0::2], sample[1::2]
+    if odd.count(0) == len(odd) and even.count(0) == 0:
+        return "utf-16-le"
+    if even.count(0) == len(even) and odd.count(0) == 0:
+        return "utf-16-be"
+    return None
+
+
+def as_utf8(data: bytes) -> bytes:
+    """``data`` as UTF-8 bytes: a UTF-8 byte-order mark left out (it would cut the first line's
+    record), UTF-16 decoded (it reads as no lines at all)."""
+    if data.startswith(_UTF8_MARK):
+        return data[len(_UTF8_MARK) :]
+    codec = utf16_of(data[:512])
+    if codec is None:
+        return data
+    return data.decode(codec, errors="replace").encode("utf-8", errors="surrogatepass")
 
 
 def parse_log(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLog:
@@ -224,7 +257,7 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
         except OSError as exc:
             raise _unreadable(path, exc) from exc
         pd = _pandas() if size >= BULK_MIN_BYTES else None
-        if pd is not None:
+        if pd is not None and not _is_utf16(path):  # UTF-16 is read whole, as UTF-8
             file_lines = _FileLines(path)
             return _parse_bulk(file_lines, pd, file_lines)
     data, complete = _read_bytes(source)
@@ -247,9 +280,18 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
         rows = scan_lines(text)
     else:  # JSON lines, perhaps among other lines: both kinds in the order of the log
         json_rows, rest, rest_lines = split_json_lines(text)
+        truncated += json_rows.cut
         text_rows = scan_lines(rest, numbered=True)
         rows = _merge(json_rows, json_rows.lines or [], text_rows, [rest_lines[i] for i in text_rows.lines or []])
     return ParsedLog(_as_named(rows), skipped=lines - rows.rows, truncated=truncated)
+
+
+def _is_utf16(path: Path) -> bool:
+    try:
+        with path.open("rb") as file:
+            return utf16_of(file.read(512)) is not None
+    except OSError as exc:
+        raise _unreadable(path, exc) from exc
 
 
 def _unreadable(path: Path, exc: OSError) -> OSError:
@@ -285,6 +327,8 @@ class _FileLines:
 
         try:
             with self.path.open("rb") as file:
+                if file.read(len(_UTF8_MARK)) != _UTF8_MARK:
+                    file.seek(0)
                 tail: list[bytes] = []  # a line begun in earlier reads
                 while chunk := file.read(CHUNK_BYTES):
                     end = chunk.rfind(b"\n") + 1
