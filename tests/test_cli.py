@@ -24,7 +24,7 @@ def write_log(tmp_path):
 def test_parse_to_csv_and_json_lines(tmp_path, capsys):
     log = write_log(tmp_path)
     assert _cli.main(["parse", str(log), "-o", str(tmp_path / "out.csv")]) == 0
-    assert "2 listener lines, 1 other lines skipped" in capsys.readouterr().err
+    assert "2 listener lines, 1 other line skipped" in capsys.readouterr().err
     frame = pd.read_csv(tmp_path / "out.csv")
     assert frame["iteration"].tolist() == [10, 20] and frame["gc.PS MarkSweep.ms"].tolist() == [24, 24]
     assert _cli.main(["parse", str(log), "-o", str(tmp_path / "out.jsonl")]) == 0

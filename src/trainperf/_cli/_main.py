@@ -33,24 +33,37 @@ def _read_log(path: str) -> Any:
 
 
 def _parse(args: argparse.Namespace) -> int:
+    from ._tables import csv_table, log_table, write_csv, write_json_lines
+
     out: str | None = args.output
     if out is not None and out != "-" and not out.endswith(_TABLES):
         raise ValueError(f"--output must end in {' or '.join(_TABLES)} (or be - for standard output), got {out!r}")
-    log = _read_log(args.log)
-    if not len(log):
-        raise ValueError(f"{args.log}: no listener lines found ({log.skipped} other lines)")
-    print(f"{args.log}: {len(log)} listener lines, {log.skipped} other lines skipped"
-          + (f", {log.truncated} cut-off lines skipped" if log.truncated else ""), file=sys.stderr)
-    frame = log.to_pandas()
-    if out is None or out == "-":
-        frame.to_csv(sys.stdout, index=False)
-        return 0
-    if out.endswith(".csv"):
-        _write(out, lambda f: frame.to_csv(f, index=False))
+    if args.log.endswith(".csv"):  # what CsvSink writes, or what this command wrote
+        try:
+            with open(args.log, newline="", encoding="utf-8", errors="replace") as file:
+                table = csv_table(file, args.log)
+        except OSError as exc:
+            raise OSError(f"cannot read {args.log!r}: {exc.strerror or exc}") from exc
+        print(f"{args.log}: {len(table)} records", file=sys.stderr)
     else:
-        _write(out, lambda f: frame.to_json(f, orient="records", lines=True))
+        log = _read_log(args.log)
+        if not len(log):
+            raise ValueError(f"{args.log}: no listener lines found ({_lines(log.skipped, 'other line')})")
+        print(f"{args.log}: {_lines(len(log), 'listener line')}, {_lines(log.skipped, 'other line')} skipped"
+              + (f", {_lines(log.truncated, 'cut-off line')} skipped" if log.truncated else ""), file=sys.stderr)
+        table = log_table(log)
+    write = write_csv if out is None or out == "-" or out.endswith(".csv") else write_json_lines
+    if out is None or out == "-":
+        write(table, sys.stdout)
+        sys.stdout.flush()  # a closed pipe (`| head`) is met here, inside main's handler
+        return 0
+    _write(out, lambda f: write(table, f))
     print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def _lines(count: int, what: str) -> str:
+    return f"{count:,} {what}{'' if count == 1 else 's'}"
 
 
 def _write(path: str, write: Any, *, binary: bool = False) -> None:
@@ -242,6 +255,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError:  # the reader went away (`trainperf parse log | head`): nothing more to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's last flush does not fail too
+        return 0
     except (OSError, ValueError, ImportError) as exc:
         print(f"trainperf {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any
@@ -103,37 +104,58 @@ class ParsedLog:
 
 
 def number_runs(frame: Any) -> Any:
-    """The ``run`` of each row: one per rank and per restart within a rank (the iteration number
-    going back), numbered from 0 in the order they first appear. Lines of several ranks
-    interleaved in one log (``torchrun``) are each rank's run, not a new run at every switch;
-    lines without a rank are one rank of their own."""
-    iteration = frame["iteration"]
-    if "rank" not in frame or not frame["rank"].notna().any():
-        return (iteration.diff() <= 0).cumsum().astype("int64")
+    """:func:`run_numbers` of a DataFrame's ``iteration`` and ``rank``, as a column."""
     import pandas as pd
 
-    rank = frame["rank"].astype("float64").fillna(-1.0)
-    restart = iteration.groupby(rank, sort=False).diff().le(0).groupby(rank, sort=False).cumsum()
-    codes, _ = pd.factorize(pd.MultiIndex.from_arrays([rank, restart]))
-    return pd.Series(codes, index=frame.index, dtype="int64")
+    ranks = frame["rank"].tolist() if "rank" in frame else None
+    return pd.Series(run_numbers(frame["iteration"].tolist(), ranks), index=frame.index, dtype="int64")
+
+
+def run_numbers(iterations: Sequence[float], ranks: Sequence[float | None] | None = None) -> list[int]:
+    """The run of each row: one per rank and per restart within a rank (the iteration number not
+    above that rank's last), numbered from 0 in the order they first appear. Lines of several
+    ranks interleaved in one log (``torchrun``) are each rank's run, not a new run at every switch;
+    rows without a rank (``None`` or NaN) are one rank of their own.
+
+    >>> run_numbers([10, 20, 10, 20])
+    [0, 0, 1, 1]
+    >>> run_numbers([10, 10, 20, 20, 10], ranks=[0, 1, 0, 1, 1])
+    [0, 1, 0, 1, 2]
+    """
+    if ranks is None or (len(ranks) and ranks[0] == ranks[0] and ranks.count(ranks[0]) == len(ranks)):
+        run, before, runs = 0, math.inf, []  # one rank: the common case, kept short
+        for iteration in iterations:
+            if iteration <= before and before != math.inf:
+                run += 1
+            before = iteration
+            runs.append(run)
+        return runs
+    last: dict[Any, float] = {}
+    attempts: dict[Any, int] = {}
+    codes: dict[tuple[Any, int], int] = {}
+    out = []
+    for iteration, rank in zip(iterations, ranks, strict=True):
+        if rank is not None and rank != rank:  # NaN: no rank
+            rank = None
+        previous = last.get(rank)
+        if previous is not None and iteration <= previous:
+            attempts[rank] = attempts.get(rank, 0) + 1
+        last[rank] = iteration
+        key = (rank, attempts.get(rank, 0))
+        code = codes.get(key)
+        if code is None:
+            code = codes[key] = len(codes)
+        out.append(code)
+    return out
 
 
 def _finish(frame: Any) -> Any:
     """Columns in their documented order (collectors in the order the log first names them, each
     count before its ms), whole numbers as integers where none is missing, ``warmup`` as bool."""
-    collectors = {column[3 : column.rfind(".")]: None for column in frame.columns if _is_gc_column(column)}
-    for name in collectors:
-        for column in (f"gc.{name}.count", f"gc.{name}.ms"):
-            if column not in frame:
-                frame[column] = float("nan")
-    names = [c for c in COLUMNS if c in frame.columns]
-    names += [c for c in frame.columns if c not in COLUMNS and not _is_gc_column(c)]
-    for name in collectors:  # both readers give them in the order the log names them
-        names += [f"gc.{name}.count", f"gc.{name}.ms"]
-    frame = frame.reindex(columns=names)
+    frame = frame.reindex(columns=ordered_columns([str(c) for c in frame.columns]))
     if "warmup" in frame:
         frame["warmup"] = frame["warmup"].eq(True)
-    for name in [*_WHOLE_NUMBERS, *(c for c in frame.columns if _is_gc_column(c) and c.endswith(".count"))]:
+    for name in [*WHOLE_NUMBERS, *(c for c in frame.columns if _is_gc_column(c) and c.endswith(".count"))]:
         if name in frame:
             # Through a float first, as the line patterns read every number: beyond 2**53 both
             # readers then give the same (nearest) whole number.
@@ -148,9 +170,20 @@ def _finish(frame: Any) -> Any:
 
 #: Columns of whole numbers: the text lines' (``\d+`` in their pattern) and the record's integer fields
 #: that JSON lines carry (``pid``, ``samples``, ``window_iterations``, ...).
-_WHOLE_NUMBERS = tuple(dict.fromkeys([
+WHOLE_NUMBERS = tuple(dict.fromkeys([
     *INTEGER_COLUMNS, *(f.name for f in fields(PerformanceRecord) if f.type in ("int", "int | None")),
 ]))
+
+
+def ordered_columns(columns: list[str]) -> list[str]:
+    """``columns`` in their documented order: the fixed ones, the others, then each collector's count
+    and ms (both, even where the log names only one), collectors in the order the log first names them."""
+    collectors = {column[3 : column.rfind(".")]: None for column in columns if _is_gc_column(column)}
+    names = [c for c in COLUMNS if c in columns]
+    names += [c for c in columns if c not in COLUMNS and not _is_gc_column(c)]
+    for name in collectors:  # both readers give them in the order the log names them
+        names += [f"gc.{name}.count", f"gc.{name}.ms"]
+    return names
 
 
 def _is_gc_column(column: str) -> bool:
