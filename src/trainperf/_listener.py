@@ -51,6 +51,26 @@ _SHARED = -1
 _CLOSED = -2
 
 
+def _check_part(name: str, seconds: float) -> None:
+    """A named part's name and seconds (one chained test when they are fine: adapters call this per iteration)."""
+    if type(name) is not str or not name:
+        check_str("name", name, empty=False)
+    try:
+        if 0.0 <= seconds < _INF:
+            return
+    except TypeError:
+        pass
+    check_seconds("seconds", seconds)
+
+
+def _check_clock(reading: object) -> float:
+    """The clock's first reading is a finite number: a clock that gives NaN or infinity would make
+    every figure NaN; said at once, naming the argument."""
+    if isinstance(reading, bool) or not isinstance(reading, (int, float)) or not math.isfinite(reading):
+        raise ValueError(f"clock must return finite seconds (a monotonic clock), got {reading!r}")
+    return reading
+
+
 def _say_sink(message: str) -> None:
     warnings.warn(message if message.startswith("trainperf") else f"trainperf: {message}", SinkError,
                   stacklevel=user_stacklevel())
@@ -154,6 +174,11 @@ class PerformanceListener:
         self._own = OwnTime(clock)
         self._user_clock = self._own.clock
         self._clock = self._user_clock.read
+        try:
+            started = _check_clock(self._clock())  # before anything is opened
+        except TypeError:  # not a number at all
+            _check_clock(clock())
+            raise
         self._wall_clock = wall_clock
         self.rank = rank if rank is not None else env_rank()
         self.device: int | None = None
@@ -183,7 +208,7 @@ class PerformanceListener:
         self._run_dir = RunDirLink.open(run_dir, self.rank, clock, wall_clock)
         if self._run_dir is not None:
             self._emitter.sinks.append(self._run_dir.sink)
-        self._reset_window(self._clock(), first=True)
+        self._reset_window(started, first=True)
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -316,11 +341,13 @@ class PerformanceListener:
         """Add ``seconds`` of a named part of the current window's iterations (``"forward"``, say);
         records carry the mean per iteration as ``extra["<name>_ms"]``. Adapters call it only for
         parts they were asked to time (the forward pass in a distributed run)."""
+        _check_part(name, seconds)
         self._open.add_time(name, seconds)
 
     def add_sample(self, name: str, seconds: float) -> None:
         """Like :meth:`add_time`, for a part timed once per iteration: records also carry the
         window's median as ``extra["<name>_p50_ms"]``, which one slow iteration does not move."""
+        _check_part(name, seconds)
         self._open.add_sample(name, seconds)
 
     def set_score(self, score: Any) -> None:

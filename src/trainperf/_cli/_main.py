@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -119,16 +120,20 @@ def _factory(spec: str, what: str) -> Any:
         raise ValueError(f"--{what} {spec!r} raised {type(exc).__name__}: {exc}") from exc
     if what == "model" and not callable(getattr(made, "parameters", None)):
         raise ValueError(f"--model {spec!r} must give a torch.nn.Module, got {type(made).__name__}")
-    if what == "loader" and not hasattr(made, "__iter__"):
-        raise ValueError(f"--loader {spec!r} must give an iterable data loader, got {type(made).__name__}")
+    if what == "loader" and (not hasattr(made, "__iter__") or callable(getattr(made, "parameters", None))):
+        model = callable(getattr(made, "parameters", None))  # a Sequential model is iterable too
+        raise ValueError(f"--loader {spec!r} must give an iterable data loader, got {type(made).__name__}"
+                         + (" (a model: give it as --model)" if model else ""))
     return made
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    _needs_torch("doctor")
     from .._doctor import doctor
 
     model = _factory(args.model, "model") if args.model else None
     loader = _factory(args.loader, "loader") if args.loader else None
+
     report = doctor(model=model, loader=loader, steps=args.steps)
     print(report.to_json(indent=2) if args.json else report)
     return 1 if any(check.status == "fail" for check in report.checks) else 0
@@ -136,6 +141,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     import json
+
+    _needs_torch("bench")
 
     from ..data._bench import format_bench, run_bench
 
@@ -182,9 +189,37 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number, got {text!r}")
     return value
+
+
+def _milliseconds(text: str) -> float:
+    value = _positive_float(text)
+    if value > MAX_DECODE_MS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_DECODE_MS:g} ms, got {text!r}")
+    return value
+
+
+def _dpi(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_DPI:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_DPI} (a figure is about 9 inches wide), got {text!r}")
+    return value
+
+
+#: The longest simulated decode per batch ``demo`` and ``bench`` take (a minute).
+MAX_DECODE_MS = 60_000.0
+#: The finest resolution ``plot`` draws at: 9 inches at 1,200 dpi is already 10,800 pixels wide.
+MAX_DPI = 1200
+
+
+def _needs_torch(command: str) -> None:
+    """The install hint, instead of ``No module named 'torch'``, for a command that trains."""
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError as exc:
+        raise ImportError(f"trainperf {command} needs PyTorch: pip install 'trainperf[torch]'") from exc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = command("demo", "train a small model with a slow, then a fixed, input pipeline", "trainperf demo")
     demo.add_argument("--iterations", type=_positive_int, default=120, help="iterations per phase (default 120)")
     demo.add_argument("--frequency", type=_positive_int, default=20, help="report every N iterations (default 20)")
-    demo.add_argument("--decode-ms", type=_positive_float, default=12.0,
+    demo.add_argument("--decode-ms", type=_milliseconds, default=12.0,
                       help="simulated decode time per batch, in ms (default 12)")
     demo.set_defaults(func=_demo)
 
@@ -225,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--loader", help="module:function returning the loader (default: the demo's slow pipeline)")
     bench.add_argument("--epochs", type=_positive_int, default=1, help="passes over the data per mode (default 1)")
     bench.add_argument("--iterations", type=_positive_int, default=60, help="batches of the demo data (default 60)")
-    bench.add_argument("--decode-ms", type=_positive_float, default=12.0,
+    bench.add_argument("--decode-ms", type=_milliseconds, default=12.0,
                        help="the demo's decode time per batch, in ms (default 12)")
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
     bench.set_defaults(func=_bench)
@@ -242,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("log", help="a log, a JSON lines file, a CSV file written by CsvSink, or - for standard input")
     plot.add_argument("-o", "--output", required=True, help="the image to write: .png, .svg or .pdf")
     plot.add_argument("--title", help="the figure's title")
-    plot.add_argument("--dpi", type=_positive_int, default=110, help="resolution of a .png (default 110)")
+    plot.add_argument("--dpi", type=_dpi, default=110, help="resolution of a .png (default 110, at most 1200)")
     plot.add_argument("--rank", type=_non_negative_int, help="draw only this rank's lines (a log of several ranks "
                       "draws each apart by default)")
     plot.set_defaults(func=_plot)

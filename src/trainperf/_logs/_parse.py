@@ -190,6 +190,15 @@ def _is_gc_column(column: str) -> bool:
     return column.startswith("gc.") and column.endswith((".count", ".ms"))
 
 
+def _check_source(source: object) -> None:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            "source must be a path (str or os.PathLike), a file object or an iterable of lines, got "
+            f"{type(source).__name__}: give a path as str (os.fsdecode(path)), or a log's content as "
+            "io.BytesIO(content)"
+        )
+
+
 def _read_bytes(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> tuple[bytes, bool]:
     """The log's bytes as UTF-8 (see :func:`as_utf8`) and whether its last line was complete (ended by
     a newline)."""
@@ -264,6 +273,7 @@ def parse_log(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> Parse
     Raises:
         OSError: the path cannot be read (the message names it).
     """
+    _check_source(source)
     with _no_cyclic_gc():
         return _parse(source)
 

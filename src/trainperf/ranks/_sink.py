@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
+import operator
 import os
 import socket
 import time
@@ -160,18 +162,20 @@ class RunDirSink:
         Returns:
             Whether the window's spans were written.
         """
-        rows = list(rows)
+        if isinstance(rows, (str, bytes)) or not isinstance(rows, Iterable):
+            raise TypeError(f"rows must be an iterable of span rows, got {type(rows).__name__}")
+        rows = [_span_row(k, row) for k, row in enumerate(rows)]
         if not rows:
             return False
-        mean_s = sum(float(r[2]) + float(r[3]) + float(r[4]) for r in rows) / len(rows)
+        mean_s = sum(r[2] + r[3] + r[4] for r in rows) / len(rows)
         if not self._keep(mean_s):
             return False
         out: list[str] = []
         for row in rows:
-            iteration, start = int(row[0]), float(row[1])
-            phases: dict[str, float] = dict(zip(_ROW_PHASES, (float(x) for x in row[2:5]), strict=True))
-            if len(row) > 5 and isinstance(row[5], Mapping):
-                finer = {str(k): float(v) for k, v in row[5].items()}
+            iteration, start = row[0], row[1]
+            phases: dict[str, float] = dict(zip(_ROW_PHASES, row[2:5], strict=True))
+            if len(row) > 5:
+                finer = row[5]
                 if any(k in finer for k in ("forward", "backward", "step")):
                     phases.pop("compute", None)
                 phases.update(finer)
@@ -291,3 +295,37 @@ class RunDirSink:
 
     def __repr__(self) -> str:
         return f"RunDirSink({str(self.path.parent)!r}, rank={self.rank})"
+
+
+def _span_row(k: int, row: Any) -> tuple[Any, ...]:
+    """Row ``k`` of :meth:`RunDirSink.spans` as ``(iteration, start_wall_s, etl_s, compute_s, other_s[,
+    phases])`` of an int and floats (a mapping of str to floats), or an error naming it."""
+    if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) or len(row) not in (5, 6):
+        raise TypeError(f"rows[{k}] must be (iteration, start_wall_s, etl_s, compute_s, other_s[, phases]), "
+                        f"got {row!r}")
+    try:
+        iteration = -1 if isinstance(row[0], bool) else operator.index(row[0])
+    except TypeError:
+        iteration = -1
+    if iteration < 0:
+        raise ValueError(f"rows[{k}]: the iteration must be a non-negative int, got {row[0]!r}")
+    start = _finite(k, "start_wall_s", row[1])
+    times = [_finite(k, name, value, non_negative=True)
+             for name, value in zip(("etl_s", "compute_s", "other_s"), row[2:5], strict=True)]
+    if len(row) == 5:
+        return (iteration, start, *times)
+    phases = row[5]
+    if not isinstance(phases, Mapping):
+        raise TypeError(f"rows[{k}]: the phases must be a mapping of names to seconds, got {phases!r}")
+    finer = {str(name): _finite(k, str(name), value, non_negative=True) for name, value in phases.items()}
+    return (iteration, start, *times, finer)
+
+
+def _finite(k: int, name: str, value: Any, *, non_negative: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"rows[{k}]: {name} must be a number of seconds, got {value!r}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or (non_negative and seconds < 0.0):
+        kind = "finite, non-negative" if non_negative else "finite"
+        raise ValueError(f"rows[{k}]: {name} must be a {kind} number of seconds, got {value!r}")
+    return seconds

@@ -41,6 +41,15 @@ def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], f
     """
     if fmt not in REPORT_FORMATS:
         raise ValueError(f"format must be one of {', '.join(REPORT_FORMATS)}, got {fmt!r}")
+    if not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"out must be a path (str or os.PathLike), got {type(out).__name__}")
+    as_folder = str(out).endswith(("/", os.sep))
+    if as_folder and fmt != "perfetto":
+        raise ValueError(f"out {str(out)!r} names a folder; the {fmt} report is one file: give its name")
+    if as_folder and Path(out).exists() and not Path(out).is_dir():
+        raise ValueError(f"out {str(out)!r} names a folder, but {str(out).rstrip('/' + os.sep)!r} is a file")
+    if not as_folder and Path(out).is_dir() and fmt != "perfetto":
+        raise ValueError(f"out {str(out)!r} is a folder; the {fmt} report is one file: give its name")
     ranks = load_run(run_dir)
     report = analyse(ranks)
     target = Path(out)

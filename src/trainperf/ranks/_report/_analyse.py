@@ -48,6 +48,8 @@ def build_report(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         >>> [(s["rank"], s["cause"]) for s in report["stragglers"]]  # doctest: +SKIP
         [(3, 'data')]
     """
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise TypeError(f"run_dir must be the path of a run directory (str or os.PathLike), got {run_dir!r}")
     return analyse(load_run(run_dir))
 
 
