@@ -51,7 +51,14 @@ def run_demo(
 
     Returns:
         ``{"slow": RunSummary, "fixed": RunSummary, "records": {...}}`` for scripting and tests.
+
+    Raises:
+        ValueError: fewer than two windows per run (``iterations < 2 * frequency``): the first window
+            is the warm-up, which the summary leaves out, so there would be no figure to compare.
     """
+    if iterations < 2 * frequency:
+        raise ValueError(f"--iterations ({iterations}) must be at least twice --frequency ({frequency}): the "
+                         "first window is the warm-up, which the summary leaves out")
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - depends on the environment
