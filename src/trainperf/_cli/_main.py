@@ -102,18 +102,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _factory(spec: str, what: str) -> Any:
-    import importlib
-
-    if os.getcwd() not in sys.path and "" not in sys.path:  # `trainperf` as a console script: find ./mytrain.py
-        sys.path.insert(0, os.getcwd())
-
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"--{what} must look like package.module:function, got {spec!r}")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"--{what} {spec!r}: {exc}") from exc
+    factory = _named(spec, what)
     try:
         made = factory() if callable(factory) else factory
     except Exception as exc:  # noqa: BLE001 - the user's code: said in one line, with where it failed
@@ -125,6 +114,29 @@ def _factory(spec: str, what: str) -> Any:
         raise ValueError(f"--loader {spec!r} must give an iterable data loader, got {type(made).__name__}"
                          + (" (a model: give it as --model)" if model else ""))
     return made
+
+
+def _named(spec: str, what: str) -> Any:
+    """What ``module:name`` names, as given to ``--what``."""
+    import importlib
+
+    if os.getcwd() not in sys.path and "" not in sys.path:  # `trainperf` as a console script: find ./mytrain.py
+        sys.path.insert(0, os.getcwd())
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"--{what} must look like package.module:function, got {spec!r}")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"--{what} {spec!r}: {exc}") from exc
+
+
+def _function(spec: str, what: str) -> Any:
+    """The function ``module:function`` names (not called)."""
+    function = _named(spec, what)
+    if not callable(function):
+        raise ValueError(f"--{what} {spec!r} must name a function, got {type(function).__name__}")
+    return function
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -151,12 +163,15 @@ def _bench(args: argparse.Namespace) -> int:
             raise ValueError("--model and --loader go together")
         model_spec, loader_spec = args.model, args.loader
         results = run_bench(lambda: _factory(model_spec, "model"), lambda: _factory(loader_spec, "loader"),
-                            epochs=args.epochs)
+                            epochs=args.epochs, repeats=args.repeats,
+                            batch_loss=_function(args.loss, "loss") if args.loss else None)
     else:
         from ._demo import demo_factories
 
+        if args.loss:
+            raise ValueError("--loss goes with --model and --loader (the demo's batches are (inputs, targets))")
         make_model, make_loader = demo_factories(iterations=args.iterations, decode_ms=args.decode_ms)
-        results = run_bench(make_model, make_loader, epochs=args.epochs)
+        results = run_bench(make_model, make_loader, epochs=args.epochs, repeats=args.repeats)
     if args.json:
         print(json.dumps({"results": [r.to_dict() for r in results]}, indent=2))
     else:
@@ -256,12 +271,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = command("bench", "train as given, with prefetch, and from pre-saved data, and compare the three",
                     "trainperf bench --model mytrain:make_model --loader mytrain:make_loader --epochs 2")
+    bench.description = (
+        "Train a fresh model (from --model, a function taking no argument) on the batches of --loader (a\n"
+        "function returning an iterable of batches) three ways: as given, through trainperf.data.prefetch,\n"
+        "and from batches pre-saved once with trainperf.data.presave. Each step is a plain SGD step on the\n"
+        "loss: cross entropy of model(inputs) against targets for (inputs, targets) batches; for any other\n"
+        "batch, --loss names a function(model, batch) returning the loss. The modes take turns --repeats\n"
+        "times; each line is the mode's median run, with the fastest and slowest totals as its spread.\n"
+        "Without --model and --loader, the demo's model and slow pipeline are used.")
     bench.add_argument("--model", help="module:function returning the model (default: the demo's model)")
     bench.add_argument("--loader", help="module:function returning the loader (default: the demo's slow pipeline)")
     bench.add_argument("--epochs", type=_positive_int, default=1, help="passes over the data per mode (default 1)")
     bench.add_argument("--iterations", type=_positive_int, default=60, help="batches of the demo data (default 60)")
     bench.add_argument("--decode-ms", type=_milliseconds, default=12.0,
                        help="the demo's decode time per batch, in ms (default 12)")
+    bench.add_argument("--loss", help="module:function(model, batch) returning the loss, for batches that are not "
+                       "(inputs, targets) pairs")
+    bench.add_argument("--repeats", type=_positive_int, default=3, help="runs per mode (default 3); the median counts")
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
     bench.set_defaults(func=_bench)
 
