@@ -151,7 +151,7 @@ def assert_same(a, b):
 def test_presave_round_trips_nested_batches_in_order(tmp_path):
     batches = nested_batches(10)
     presave(batches, tmp_path / "data", batches_per_shard=4)
-    loaded = load_presaved(tmp_path / "data")
+    loaded = load_presaved(tmp_path / "data", shuffle=False)
     assert len(loaded) == 10
     assert len(list((tmp_path / "data").glob("shard-*.pt"))) == 3
     for a, b in zip(batches, loaded, strict=True):
@@ -229,3 +229,39 @@ def test_prefetch_to_cuda_without_cuda_fails_at_the_call_naming_the_argument():
         prefetch([torch.ones(1)], to_device="cuda")
     with pytest.raises(ValueError, match="to_device must name a torch device, got 'gpu9'"):
         prefetch([torch.ones(1)], to_device="gpu9")
+
+
+def _ids(loaded) -> list[int]:
+    return [int(batch[0]) for batch in loaded]
+
+
+def test_presaved_batches_come_in_a_new_seeded_order_every_epoch(tmp_path):
+    presave([torch.tensor([i]) for i in range(20)], tmp_path / "d", batches_per_shard=4)
+    loaded = load_presaved(tmp_path / "d")
+    epochs = [_ids(loaded) for _ in range(3)]
+    assert all(sorted(e) == list(range(20)) for e in epochs)  # every batch once per epoch
+    assert len({tuple(e) for e in epochs}) == 3 and tuple(range(20)) not in {tuple(e) for e in epochs}
+    again = load_presaved(tmp_path / "d")
+    assert [_ids(again) for _ in range(3)] == epochs  # the same seed: the same run
+    again.set_epoch(2)
+    assert _ids(again) == epochs[2] and again.epoch == 3
+    other = load_presaved(tmp_path / "d", seed=1)
+    assert _ids(other) != epochs[0]
+    first = epochs[0]  # shards stay together: a shard's four batches follow each other
+    assert all(len({b // 4 for b in first[k : k + 4]}) == 1 for k in range(0, 20, 4))
+
+
+def test_presaved_batches_without_shuffle_come_in_the_saved_order_every_epoch(tmp_path):
+    presave([torch.tensor([i]) for i in range(9)], tmp_path / "d", batches_per_shard=4)
+    loaded = load_presaved(tmp_path / "d", shuffle=False)
+    assert _ids(loaded) == _ids(loaded) == list(range(9))
+
+
+def test_presaved_order_arguments_are_checked(tmp_path):
+    presave([torch.tensor([0])], tmp_path / "d")
+    with pytest.raises(TypeError, match="shuffle must be a bool, got 'yes'"):
+        load_presaved(tmp_path / "d", shuffle="yes")
+    with pytest.raises(TypeError, match="seed must be an int, got 1.5"):
+        load_presaved(tmp_path / "d", seed=1.5)
+    with pytest.raises(ValueError, match="epoch must be a non-negative int, got -1"):
+        load_presaved(tmp_path / "d").set_epoch(-1)

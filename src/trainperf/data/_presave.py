@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -83,7 +84,14 @@ def presave(source: Iterable[Any], path: str | os.PathLike[str], *, batches_per_
 
 
 class PresavedDataset:
-    """The batches of a pre-saved folder, in order; iterate it like a loader (also inside ``prefetch``).
+    """The batches of a pre-saved folder; iterate it like a loader (also inside ``prefetch``), once per
+    epoch.
+
+    Each pass (each ``iter()``) is an epoch. With ``shuffle`` (the default) every epoch visits the
+    shards in a new order and each shard's batches in a new order, drawn from ``seed`` and the
+    epoch's number, so that a run is repeatable and two epochs differ; the batches themselves (their
+    samples and their augmentation) are the ones saved, the same every epoch. ``shuffle=False`` reads
+    them in the order they were saved.
 
     Shards are memory-mapped (``torch.load(mmap=True)``), so a pass reads only what it touches, and
     they are checked against the manifest's size and checksum the first time they are opened.
@@ -91,9 +99,19 @@ class PresavedDataset:
     Args:
         path: a folder written by :func:`presave`.
         verify: check each shard's CRC-32 when first opened (reads it once; default on).
+        shuffle: a new order of shards and of batches within each shard every epoch.
+        seed: the orders' seed; the epoch ``e`` order is drawn from ``(seed, e)``.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, verify: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, verify: bool = True, shuffle: bool = True,
+                 seed: int = 0) -> None:
+        if not isinstance(shuffle, bool):
+            raise TypeError(f"shuffle must be a bool, got {shuffle!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        self.shuffle, self.seed = shuffle, seed
+        #: The epoch the next pass is (counts up with each pass; :meth:`set_epoch` sets it).
+        self.epoch = 0
         self.path = Path(path)
         manifest_path = self.path / MANIFEST
         try:
@@ -135,11 +153,35 @@ class PresavedDataset:
             raise CorruptShardError(f"shard {str(file)!r} does not hold the {shard['batches']} batches listed")
         return batches
 
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass epoch ``epoch`` (as ``DistributedSampler.set_epoch``: resuming a run, or
+        every rank of a distributed run passing through the same order)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        self.epoch = epoch
+
+    def order(self, epoch: int) -> list[tuple[int, list[int]]]:
+        """Epoch ``epoch``'s order: ``(shard index, [batch index within it, ...])`` in reading order."""
+        shards = [(i, list(range(int(s["batches"])))) for i, s in enumerate(self.shards)]
+        if not self.shuffle:
+            return shards
+        rng = random.Random(f"{self.seed}:{epoch}")  # a str seed hashes the same in every process
+        rng.shuffle(shards)
+        for _, batches in shards:
+            rng.shuffle(batches)
+        return shards
+
     def __iter__(self) -> Iterator[Any]:
-        for shard in self.shards:
-            yield from self._load(shard)
+        epoch = self.epoch
+        self.epoch += 1
+        for shard, batches in self.order(epoch):
+            loaded = self._load(self.shards[shard])
+            for b in batches:
+                yield loaded[b]
 
 
-def load_presaved(path: str | os.PathLike[str], *, verify: bool = True) -> PresavedDataset:
-    """Open a folder written by :func:`presave`; see :class:`PresavedDataset`."""
-    return PresavedDataset(path, verify=verify)
+def load_presaved(path: str | os.PathLike[str], *, verify: bool = True, shuffle: bool = True,
+                  seed: int = 0) -> PresavedDataset:
+    """Open a folder written by :func:`presave`; see :class:`PresavedDataset` (each pass is an epoch
+    in a new, seeded order unless ``shuffle=False``)."""
+    return PresavedDataset(path, verify=verify, shuffle=shuffle, seed=seed)
