@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import secrets
 from collections.abc import Callable
@@ -26,6 +27,25 @@ def _create_beside(target: Path) -> tuple[int, str]:
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temporary name beside {target}")
+
+
+def remove_leftovers(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary files that writes of ``path`` left behind when their process was killed
+    between creating and renaming them (``.<name>.<random>.tmp`` beside it); the ones removed. A file
+    that cannot be removed is left, silently: it is only clutter."""
+    target = Path(path)
+    removed: list[Path] = []
+    try:
+        leftovers = list(target.parent.glob(f".{glob.escape(target.name)}.*.tmp"))
+    except OSError:
+        return removed
+    for leftover in leftovers:
+        try:
+            leftover.unlink()
+            removed.append(leftover)
+        except OSError:
+            pass
+    return removed
 
 
 @overload

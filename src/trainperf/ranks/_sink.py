@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from .._atomic import atomic_write
+from .._atomic import atomic_write, remove_leftovers
 from .._json import json_line as _line
 from .._json import strict
 from .._record import PerformanceRecord
@@ -50,6 +50,9 @@ def _check_positive(name: str, value: object) -> int:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
 
+
+#: How many times :meth:`RunDirSink.close` tries to write ``meta.json`` with ``ended``.
+_META_ATTEMPTS = 3
 
 class RunDirSink:
     """Writes one rank's files under ``run_dir/rank-<rank>/`` (see ``docs/distributed.md``).
@@ -109,6 +112,7 @@ class RunDirSink:
         if self.path.exists() and not self.path.is_dir():
             raise NotADirectoryError(f"run_dir {str(run_dir)!r}: {str(self.path)!r} is not a folder")
         self.path.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(self.path / META)  # a killed process's half-written meta data
         self._slowest: list[float] = []  # min-heap of the slowest window means seen so far
         self.timeline_windows = 0
         self.timeline_capped = False
@@ -274,14 +278,28 @@ class RunDirSink:
         if self._closed:
             return
         self._closed = True
+        errors: list[OSError] = []
         for f in self._files.values():
-            f.close()
+            try:
+                f.close()
+            except OSError as exc:  # a full disk: the buffered lines are lost; ``ended`` is still written
+                errors.append(exc)
         self._files.clear()
         self._meta["ended"] = float(self._wall_clock())
         self._meta["timeline_windows"] = self.timeline_windows
         self._meta["timeline_capped"] = self.timeline_capped
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._write_meta()
+        for attempt in range(_META_ATTEMPTS):  # a write that fails once (a moment of a full disk) is tried again
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+                self._write_meta()
+                break
+            except OSError as exc:
+                if attempt == _META_ATTEMPTS - 1:
+                    errors.append(exc)
+                else:
+                    time.sleep(0.05 * (attempt + 1))
+        if errors:
+            raise errors[0]
 
     @property
     def closed(self) -> bool:
