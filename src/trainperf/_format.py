@@ -101,6 +101,15 @@ def format_number(value: float) -> str:
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f\u2028\u2029;:\[\]()]")
 
 
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless one: ``1 rank``, ``2 ranks``, ``1,204 other lines``.
+
+    >>> counted(1, "rank"), counted(0, "other line"), counted(12345, "window")
+    ('1 rank', '0 other lines', '12,345 windows')
+    """
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def safe_name(name: str) -> str:
     """``name`` as a line can carry it: every character that could break the line's grammar
     becomes ``_``, so a collector's name never splits a line or reads back as another field."""

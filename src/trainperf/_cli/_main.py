@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._atomic import atomic_write
+from .._format import counted
 from ..ranks._command import add_report_command
 
 __all__ = ["main"]
@@ -45,13 +46,13 @@ def _parse(args: argparse.Namespace) -> int:
                 table = csv_table(file, args.log)
         except OSError as exc:
             raise OSError(f"cannot read {args.log!r}: {exc.strerror or exc}") from exc
-        print(f"{args.log}: {len(table)} records", file=sys.stderr)
+        print(f"{args.log}: {counted(len(table), 'record')}", file=sys.stderr)
     else:
         log = _read_log(args.log)
         if not len(log):
-            raise ValueError(f"{args.log}: no listener lines found ({_lines(log.skipped, 'other line')})")
-        print(f"{args.log}: {_lines(len(log), 'listener line')}, {_lines(log.skipped, 'other line')} skipped"
-              + (f", {_lines(log.truncated, 'cut-off line')} skipped" if log.truncated else ""), file=sys.stderr)
+            raise ValueError(f"{args.log}: no listener lines found ({counted(log.skipped, 'other line')})")
+        print(f"{args.log}: {counted(len(log), 'listener line')}, {counted(log.skipped, 'other line')} skipped"
+              + (f", {counted(log.truncated, 'cut-off line')} skipped" if log.truncated else ""), file=sys.stderr)
         table = log_table(log)
     write = write_csv if out is None or out == "-" or out.endswith(".csv") else write_json_lines
     if out is None or out == "-":
@@ -61,10 +62,6 @@ def _parse(args: argparse.Namespace) -> int:
     _write(out, lambda f: write(table, f))
     print(f"wrote {out}", file=sys.stderr)
     return 0
-
-
-def _lines(count: int, what: str) -> str:
-    return f"{count:,} {what}{'' if count == 1 else 's'}"
 
 
 def _write(path: str, write: Any, *, binary: bool = False) -> None:
@@ -94,7 +91,7 @@ def _plot(args: argparse.Namespace) -> int:
     else:
         data = _read_log(args.log)
         if not len(data):
-            raise ValueError(f"{args.log}: no listener lines found ({data.skipped} other lines)")
+            raise ValueError(f"{args.log}: no listener lines found ({counted(data.skipped, 'other line')})")
     fig = plot(data, title=args.title, rank=args.rank)
     _write(out, lambda f: fig.savefig(f, format=suffix[1:], dpi=args.dpi), binary=True)
     print(f"wrote {out}", file=sys.stderr)

@@ -14,6 +14,8 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .._format import counted
+
 __all__ = ["RankFigures", "Straggler", "find_stragglers", "cluster_line", "CAUSES", "rank_figures"]
 
 #: The causes a straggler can have; ``compute`` only when the step is not split into its phases.
@@ -248,5 +250,5 @@ def cluster_line(figures: Sequence[RankFigures], stragglers: Sequence[Straggler]
     # under DDP every rank shows the same iteration time: the slowest is the one the others wait for
     slowest_rank = found[0].rank if found else max(figures, key=lambda f: f.iteration_ms).rank
     why = "; ".join(f"straggler rank {s.rank} ({s.cause}, +{s.excess_ms:.1f} ms): {s.evidence}" for s in found)
-    return (f"cluster: {len(figures)} ranks; iteration {low:.1f}-{high:.1f} ms (spread {spread:.1f} ms, "
+    return (f"cluster: {counted(len(figures), 'rank')}; iteration {low:.1f}-{high:.1f} ms (spread {spread:.1f} ms, "
             f"{share:.0f}%); slowest rank {slowest_rank}; {why or 'no straggler'}")

@@ -8,6 +8,8 @@ import json
 import time
 from typing import Any
 
+from ..._format import counted
+
 __all__ = ["render_html", "script_json"]
 
 _PHASE_COLOURS = {"data": "#e8833a", "forward": "#1f9bd1", "backward": "#6a5acd", "step": "#2aa198",
@@ -27,8 +29,12 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+def _counted(count: Any, noun: str) -> str:
+    return counted(count, noun) if isinstance(count, int) else f"{count} {noun}s"
+
+
 def _ms(value: Any) -> str:
-    return "&ndash;" if value is None else f"{float(value):.1f}"
+    return "&ndash;" if value is None else f"{round(float(value), 1) + 0.0:.1f}"  # + 0.0: never "-0.0"
 
 
 def _when(t: float | None, start: float) -> str:
@@ -293,7 +299,8 @@ def render_html(report: dict[str, Any]) -> str:
 <title>{_e(title)}</title><style>{_CSS}</style></head>
 <body>
 <h1>{_e(title)}</h1>
-<p>{_e(report['world_size'])} ranks; {_e(report['analysed_windows'])} report windows compared across ranks.<br>
+<p>{_e(_counted(report['world_size'], 'rank'))}; {_e(_counted(report['analysed_windows'], 'report window'))}
+compared across ranks.<br>
 <b>{_e(cluster)}</b></p>
 <h2>Stragglers</h2>
 <p class=note>With data-parallel training every rank waits for the slowest one in the collectives, so iteration
