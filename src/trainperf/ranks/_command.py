@@ -14,7 +14,7 @@ def _report(args: argparse.Namespace) -> int:
     from ._report import write_report
 
     fmt: str = args.format or ("json" if args.output.endswith(".json") else "html")
-    written = write_report(args.run_dir, args.output, fmt)
+    written = write_report(args.run_dir, args.output, fmt, say=lambda note: print(f"note: {note}", file=sys.stderr))
     where = written[0] if len(written) == 1 else f"{len(written)} files in {args.output}"
     print(f"wrote {where}", file=sys.stderr)
     return 0

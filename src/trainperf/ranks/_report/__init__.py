@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from ._analyse import analyse, build_report
 from ._html import render_html
 from ._json import report_json
 from ._load import load_run
+from ._notes import read_notes
 from ._perfetto import perfetto_trace, perfetto_traces
 
 __all__ = ["build_report", "write_report", "REPORT_FORMATS"]
@@ -27,7 +29,8 @@ def _write_text(path: Path, text: str) -> None:
         raise OSError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
 
 
-def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str = "html") -> list[Path]:
+def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str = "html", *,
+                 say: Callable[[str], None] | None = None) -> list[Path]:
     """Write the report of ``run_dir`` to ``out``.
 
     Args:
@@ -35,6 +38,8 @@ def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], f
         out: the file to write; for ``perfetto``, an existing folder (or a path ending in ``/``) gets
             one ``rank-<r>.json`` trace per rank, the layout Holistic Trace Analysis reads.
         fmt: ``html``, ``json`` or ``perfetto``.
+        say: called with each line of what could not be read (skipped lines, unreadable files,
+            missing or duplicated ranks, restarts), as the HTML page states them.
 
     Returns:
         The files written.
@@ -52,6 +57,9 @@ def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], f
         raise ValueError(f"out {str(out)!r} is a folder; the {fmt} report is one file: give its name")
     ranks = load_run(run_dir)
     report = analyse(ranks)
+    if say is not None:
+        for note in read_notes(report):
+            say(note)
     target = Path(out)
     if fmt == "html":
         _write_text(target, render_html(report))

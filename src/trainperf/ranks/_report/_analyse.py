@@ -169,7 +169,28 @@ def _rank_entry(rank: Rank, silent_since: float | None) -> dict[str, Any]:
         "timeline_windows": rank.meta.get("timeline_windows"),
         "timeline_capped": rank.meta.get("timeline_capped", False),
         "skipped_lines": sum(rank.skipped.values()),
+        "skipped": dict(rank.skipped),
+        "unreadable": dict(rank.unreadable),
+        "attempts": [{"first": a, "last": b, "windows": n} for a, b, n in rank.attempts[-MAX_ATTEMPTS:]],
+        "attempts_total": len(rank.attempts),
+        "folder": rank.folder,
+        "duplicates": list(rank.duplicates),
     }
+
+
+#: Runs per rank folder listed in the report (a hostile file can hold any number).
+MAX_ATTEMPTS = 20
+#: Missing ranks named in the report; the rest are counted.
+MAX_NAMED = 50
+
+
+def missing_ranks(ranks: Sequence[Rank]) -> list[int]:
+    """The ranks below the run's world size (the largest a rank's meta data gives, else the highest rank
+    plus one) that have no folder."""
+    present = {r.rank for r in ranks}
+    sizes = [r.meta["world_size"] for r in ranks if isinstance(r.meta.get("world_size"), int)]
+    world = max([max(present) + 1, *(s for s in sizes if 0 < s <= 1 << 20)])
+    return [r for r in range(world) if r not in present]
 
 
 def _figures(rank: Rank, k: int) -> RankFigures | None:
@@ -357,11 +378,14 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
     named = [Straggler(s["rank"], s["cause"], s["excess_ms"] or 0.0,
                        f"{s['evidence']} (in {s['windows']} of {analysed} windows)") for s in stragglers[:1]]
     names = sorted({str(r.meta["run_name"]) for r in ranks if r.meta.get("run_name") is not None})
+    missing = missing_ranks(ranks)
     return {
         "schema": REPORT_SCHEMA,
         "run_name": names[0] if names else None,
         "start": start,
         "world_size": len(ranks),
+        "missing_ranks": missing[:MAX_NAMED],
+        "missing_ranks_total": len(missing),
         "phases": list(SPAN_PHASES),
         "phases_seen": _phases_seen(slowest, rank_windows),
         "cluster": cluster_line(whole, named) if whole else None,

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from ..._format import counted
+from ._notes import read_notes
 
 __all__ = ["render_html", "script_json"]
 
@@ -33,6 +34,14 @@ def _counted(count: Any, noun: str) -> str:
     return counted(count, noun) if isinstance(count, int) else f"{count} {noun}s"
 
 
+def _notes(report: dict[str, Any]) -> str:
+    notes = read_notes(report)
+    if not notes:
+        return "<p class=note>Every file of every rank was read whole.</p>"
+    items = "".join(f"<li>{_e(n)}</li>" for n in notes)
+    return f"<h2>What could not be read</h2><ul class=notes>{items}</ul>"
+
+
 def _ms(value: Any) -> str:
     return "&ndash;" if value is None else f"{round(float(value), 1) + 0.0:.1f}"  # + 0.0: never "-0.0"
 
@@ -40,7 +49,11 @@ def _ms(value: Any) -> str:
 def _when(t: float | None, start: float) -> str:
     if t is None:
         return "&ndash;"
-    return f"{t - start:+.1f} s ({_e(time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(t)))} UTC)"
+    try:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+    except (OverflowError, ValueError, OSError):  # a time no calendar of this platform holds
+        return f"{t - start:+.1f} s"
+    return f"{t - start:+.1f} s ({_e(when)} UTC)"
 
 
 def _stragglers_table(report: dict[str, Any]) -> str:
@@ -302,6 +315,7 @@ def render_html(report: dict[str, Any]) -> str:
 <p>{_e(_counted(report['world_size'], 'rank'))}; {_e(_counted(report['analysed_windows'], 'report window'))}
 compared across ranks.<br>
 <b>{_e(cluster)}</b></p>
+{_notes(report)}
 <h2>Stragglers</h2>
 <p class=note>With data-parallel training every rank waits for the slowest one in the collectives, so iteration
 times are equal; the rank that waits least in them arrives last and holds the others back. Its cause is the phase

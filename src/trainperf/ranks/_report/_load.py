@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import stat
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
@@ -31,46 +32,123 @@ WINDOW_FIELDS = ("iteration", "window_iterations", "window_s", "timestamp", "etl
 #: Window fields an adapter keeps in ``extra`` (the timed parts of a distributed run's step).
 EXTRA_FIELDS = frozenset({"forward_ms", "backward_ms", "step_ms", "comm_ms", "wait_ms", "wait_p50_ms"})
 _NAN = float("nan")
+#: Figures at or beyond this size are not a run's (a millisecond figure of 30,000 years): read as
+#: missing, so that no sum, mean or product of the report can overflow.
+MAX_FIGURE = 1e15
+#: Wall times are seconds since 1970 below this (the year 5138): anything later is not a real time.
+MAX_WALL_S = 1e11
+#: A clock offset between two ranks larger than this (317 years) is not an estimate.
+MAX_OFFSET_S = 1e10
+#: A span longer than this (116 days) is not an iteration's phase.
+MAX_SPAN_S = 1e7
 
 
 def num(value: Any) -> float | None:
-    """``value`` as a finite float, else ``None`` (bools, strings, NaN and infinities included)."""
+    """``value`` as a finite float below :data:`MAX_FIGURE` in size, else ``None`` (bools, strings,
+    NaN, infinities and integers too large for a float included)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    f = float(value)
-    return f if math.isfinite(f) else None
+    try:
+        f = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return None
+    return f if -MAX_FIGURE < f < MAX_FIGURE else None
+
+
+def wall(value: Any) -> float | None:
+    """``value`` as a wall time (seconds since 1970, not negative, before :data:`MAX_WALL_S`), else ``None``."""
+    f = num(value)
+    return f if f is not None and 0.0 <= f < MAX_WALL_S else None
+
+
+def _json(line: bytes | str) -> Any:
+    """The JSON value of ``line``; ``ValueError`` for what is not JSON or is nested deeper than the
+    interpreter can read (a hostile line)."""
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def _text(value: Any, limit: int = 200) -> str | None:
     return value[:limit] if isinstance(value, str) else None
 
 
-def read_objects(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The JSON objects of a JSON-lines file, and how many lines were skipped (cut, invalid, not objects)."""
+#: Lines longer than this are not a run's (a window's line is about a kilobyte): skipped, and never
+#: read whole into memory.
+MAX_LINE_BYTES = 1 << 20
+#: Events and clock estimates kept per rank; the rest are counted as skipped (a run writes a few
+#: hundred).
+MAX_OBJECTS = 100_000
+
+
+class Unreadable:
+    """The files of one rank's folder that could not be read, with the reason (said in the report)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {}
+
+
+def readable(path: Path, unreadable: Unreadable) -> bool:
+    """Whether ``path`` is a regular file to read; a FIFO or a device file named like a run file (which
+    would block the report or never end) and a file that cannot be opened are noted, not read."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        unreadable.files[path.name] = exc.strerror or type(exc).__name__
+        return False
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        unreadable.files[path.name] = f"{kind}, not read"
+        return False
+    return True
+
+
+def read_objects(path: Path, unreadable: Unreadable | None = None,
+                 limit: int = MAX_OBJECTS) -> tuple[list[dict[str, Any]], int]:
+    """The JSON objects of a JSON-lines file (at most ``limit``), and how many lines were skipped
+    (cut, invalid, not objects, beyond the limit)."""
     objects: list[dict[str, Any]] = []
     skipped = 0
-    for line in _lines(path):
+    for line in _lines(path, unreadable):
+        if line is None:
+            skipped += 1
+            continue
         try:
-            obj = json.loads(line)
+            obj = _json(line)
         except ValueError:
             skipped += 1
             continue
-        if isinstance(obj, dict):
+        if isinstance(obj, dict) and len(objects) < limit:
             objects.append(obj)
         else:
             skipped += 1
     return objects, skipped
 
 
-def _lines(path: Path) -> Iterator[bytes]:
+def _lines(path: Path, unreadable: Unreadable | None = None) -> Iterator[bytes | None]:
+    """The non-empty lines of ``path``, one at a time (``None`` for a line too long to be a run's)."""
+    if not readable(path, unreadable if unreadable is not None else Unreadable()):
+        return
     try:
         with open(path, "rb") as f:
-            for line in f:
+            while True:
+                line = f.readline(MAX_LINE_BYTES)
+                if not line:
+                    return
+                if len(line) == MAX_LINE_BYTES and not line.endswith(b"\n"):
+                    while line and not line.endswith(b"\n"):  # the rest of it, never held whole
+                        line = f.readline(MAX_LINE_BYTES)
+                    yield None
+                    continue
                 line = line.strip()
                 if line:
                     yield line
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
-        return
+    except OSError as exc:
+        if unreadable is not None:
+            unreadable.files[path.name] = exc.strerror or type(exc).__name__
 
 
 @dataclass
@@ -116,6 +194,11 @@ class Rank:
         clock: the clock estimates.
         events: rank 0's cluster events.
         skipped: lines skipped per file.
+        unreadable: files of the folder that could not be read, and why.
+        attempts: ``(first iteration, last iteration, windows)`` of each run that wrote windows into
+            this folder, oldest first (more than one when a rank was restarted into it); the windows
+            read are the last attempt's.
+        folder: the folder's name; ``duplicates``: other folders that name the same rank (not read).
     """
 
     rank: int
@@ -128,6 +211,10 @@ class Rank:
     clock: Clock
     events: list[dict[str, Any]]
     skipped: dict[str, int]
+    unreadable: dict[str, str] = field(default_factory=dict)
+    attempts: list[tuple[int, int, int]] = field(default_factory=list)
+    folder: str = ""
+    duplicates: list[str] = field(default_factory=list)
 
     @property
     def host(self) -> str:
@@ -142,10 +229,19 @@ class Rank:
         return range(bisect_left(self.span_iter, first), bisect_right(self.span_iter, last))
 
 
-def _read_meta(path: Path) -> dict[str, Any]:
+def _read_meta(path: Path, unreadable: Unreadable) -> dict[str, Any]:
+    if not readable(path, unreadable):
+        return {}
     try:
-        raw = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        if os.path.getsize(path) > MAX_LINE_BYTES:
+            unreadable.files[path.name] = "larger than any meta data, not read"
+            return {}
+        raw = _json(path.read_bytes())
+    except OSError as exc:
+        unreadable.files[path.name] = exc.strerror or type(exc).__name__
+        return {}
+    except ValueError:
+        unreadable.files[path.name] = "not JSON"
         return {}
     if not isinstance(raw, dict):
         return {}
@@ -156,21 +252,40 @@ def _read_meta(path: Path) -> dict[str, Any]:
         value = raw.get(key)
         meta[key] = value if isinstance(value, int) and not isinstance(value, bool) else None
     for key in ("started", "ended"):
-        meta[key] = num(raw.get(key))
+        meta[key] = wall(raw.get(key))
     meta["timeline_capped"] = raw.get("timeline_capped") is True
     return meta
 
 
-def _read_windows(path: Path) -> tuple[dict[str, array[float]], int]:
+def _read_windows(
+    path: Path, unreadable: Unreadable,
+) -> tuple[dict[str, array[float]], int, list[tuple[int, int, int]]]:
+    """The windows of the last run that wrote into the file, the lines skipped, and every run's
+    ``(first, last, windows)`` (a rank restarted into its folder starts again at a lower iteration)."""
     columns = {name: array("d") for name in WINDOW_FIELDS}
-    objects, skipped = read_objects(path)
+    skipped = 0
+    attempts: list[tuple[int, int, int]] = []
     last = -math.inf
-    for obj in objects:
-        iteration, n = obj.get("iteration"), obj.get("window_iterations")
-        if (isinstance(iteration, bool) or not isinstance(iteration, int) or isinstance(n, bool)
-                or not isinstance(n, int) or n < 1 or iteration <= last):
+    first = 0
+    for line in _lines(path, unreadable):
+        try:
+            obj = _json(line) if line is not None else None
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
             skipped += 1
             continue
+        iteration, n = obj.get("iteration"), obj.get("window_iterations")
+        if (isinstance(iteration, bool) or not isinstance(iteration, int) or isinstance(n, bool)
+                or not isinstance(n, int) or n < 1 or iteration == last or iteration > 2**53 or n > 2**53
+                or iteration < 0):
+            skipped += 1
+            continue
+        if iteration < last:  # a new run in the same folder: the windows read are the newest run's
+            attempts.append((first, int(last), len(columns["iteration"])))
+            columns = {name: array("d") for name in WINDOW_FIELDS}
+        if not columns["iteration"]:
+            first = iteration
         last = iteration
         extra = obj.get("extra")
         for name in WINDOW_FIELDS:
@@ -180,28 +295,38 @@ def _read_windows(path: Path) -> tuple[dict[str, array[float]], int]:
                 value = 1.0 if obj.get("warmup") is True else 0.0
             elif name == "gap":
                 value = 1.0 if obj.get("etl_source") == "gap" else 0.0
+            elif name == "timestamp":
+                value = wall(obj.get(name))
             else:
                 value = num(obj.get(name))
             columns[name].append(_NAN if value is None else value)
-    return columns, skipped
+    if columns["iteration"]:
+        attempts.append((first, int(last), len(columns["iteration"])))
+    return columns, skipped, attempts
 
 
-def _read_spans(path: Path) -> tuple[array[int], array[int], array[float], array[float], int]:
+def _read_spans(path: Path, unreadable: Unreadable) -> tuple[array[int], array[int], array[float], array[float], int]:
+    """The spans of the last run that wrote into the file (see :func:`_read_windows`), and the lines skipped."""
     phases = {name: k for k, name in enumerate(SPAN_PHASES)}
     iters, kinds, ts, ds = array("q"), array("b"), array("d"), array("d")
     skipped = 0
     last = -1
-    for line in _lines(path):
+    for line in _lines(path, unreadable):
         try:
-            obj = json.loads(line)
+            if line is None:
+                raise ValueError("too long")
+            obj = _json(line)
             i, ph, t, d = obj["i"], phases[obj["ph"]], obj["t"], obj["d"]
         except (ValueError, KeyError, TypeError):
             skipped += 1
             continue
-        if (isinstance(i, bool) or not isinstance(i, int) or i < last or num(t) is None or num(d) is None
-                or d < 0 or i > 2**62):
+        duration = num(d)
+        if (isinstance(i, bool) or not isinstance(i, int) or i < 0 or wall(t) is None or duration is None
+                or not 0.0 <= duration < MAX_SPAN_S or i > 2**53):
             skipped += 1
             continue
+        if i < last:  # a new run in the same folder
+            iters, kinds, ts, ds = array("q"), array("b"), array("d"), array("d")
         last = i
         iters.append(i)
         kinds.append(ph)
@@ -210,13 +335,15 @@ def _read_spans(path: Path) -> tuple[array[int], array[int], array[float], array
     return iters, kinds, ts, ds, skipped
 
 
-def _read_clock(path: Path) -> tuple[Clock, int]:
-    objects, skipped = read_objects(path)
+def _read_clock(path: Path, unreadable: Unreadable) -> tuple[Clock, int]:
+    objects, skipped = read_objects(path, unreadable)
     points: list[tuple[float, float, float]] = []
     reference = False
     for obj in objects:
-        t, offset, status = num(obj.get("t")), num(obj.get("offset_s")), obj.get("status")
-        if t is None or status not in ("reference", "aligned", "unknown"):
+        t, offset, status = wall(obj.get("t")), num(obj.get("offset_s")), obj.get("status")
+        if offset is not None and not -MAX_OFFSET_S < offset < MAX_OFFSET_S:
+            offset = None
+        if t is None or status not in ("reference", "aligned", "unknown") or (status == "aligned" and offset is None):
             skipped += 1
             continue
         if status == "reference":
@@ -224,6 +351,7 @@ def _read_clock(path: Path) -> tuple[Clock, int]:
             points.append((t, 0.0 if offset is None else offset, num(obj.get("uncertainty_s")) or 0.0))
         elif status == "aligned" and offset is not None:
             u = num(obj.get("uncertainty_s"))
+            u = u if u is not None and 0.0 <= u < MAX_OFFSET_S else None
             points.append((t, offset, _NAN if u is None else u))
     points.sort()
     clock = Clock([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
@@ -233,13 +361,18 @@ def _read_clock(path: Path) -> tuple[Clock, int]:
 
 def read_rank(path: Path, rank: int) -> Rank:
     """One rank's folder."""
-    windows, skipped_windows = _read_windows(path / WINDOWS)
-    iters, kinds, ts, ds, skipped_timeline = _read_spans(path / SPANS)
-    clock, skipped_clock = _read_clock(path / CLOCK)
-    events, skipped_events = read_objects(path / EVENTS)
+    unreadable = Unreadable()
+    windows, skipped_windows, attempts = _read_windows(path / WINDOWS, unreadable)
+    iters, kinds, ts, ds, skipped_timeline = _read_spans(path / SPANS, unreadable)
+    clock, skipped_clock = _read_clock(path / CLOCK, unreadable)
+    events, skipped_events = read_objects(path / EVENTS, unreadable)
+    kept = [e for e in events if all(wall(e[k]) is not None for k in ("t", "last_seen") if e.get(k) is not None)]
+    skipped_events += len(events) - len(kept)
+    events = kept
     skipped = {"windows": skipped_windows, "timeline": skipped_timeline, "clock": skipped_clock,
                "events": skipped_events}
-    return Rank(rank, _read_meta(path / META), windows, iters, kinds, ts, ds, clock, events, skipped)
+    return Rank(rank, _read_meta(path / META, unreadable), windows, iters, kinds, ts, ds, clock, events, skipped,
+                unreadable.files, attempts, path.name)
 
 
 def _align(rank: Rank) -> None:
@@ -271,14 +404,20 @@ def load_run(run_dir: str | os.PathLike[str]) -> list[Rank]:
     root = Path(run_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"run_dir {str(run_dir)!r} does not exist or is not a folder")
-    found: list[tuple[int, Path]] = []
+    found: dict[int, list[Path]] = {}
     for entry in root.iterdir():
         match = _RANK_DIR.fullmatch(entry.name)
         if match and entry.is_dir():
-            found.append((int(match.group(1)), entry))
+            found.setdefault(int(match.group(1)), []).append(entry)
     if not found:
         raise ValueError(f"run_dir {str(run_dir)!r} holds no rank-<r> folder: not a trainperf run directory")
-    ranks = [read_rank(path, r) for r, path in sorted(found)]
+    ranks = []
+    for r, paths in sorted(found.items()):
+        # ``rank-1`` and ``rank-01`` name one rank: the one trainperf writes is read, the others named
+        paths.sort(key=lambda p: (p.name != f"rank-{r}", p.name))
+        rank = read_rank(paths[0], r)
+        rank.duplicates = [p.name for p in paths[1:]]
+        ranks.append(rank)
     for rank in ranks:
         _align(rank)
     return ranks
