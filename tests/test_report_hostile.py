@@ -159,3 +159,22 @@ def test_a_fifo_or_a_device_named_like_a_run_file_is_refused_not_read(run, tmp_p
     report = result["report"]
     assert report["ranks"][1]["unreadable"] == {"timeline.jsonl": "a FIFO, not read"}
     assert report["ranks"][0]["unreadable"] == {"events.jsonl": "not a regular file, not read"}
+
+
+def test_past_the_runs_budget_windows_are_sampled_over_the_whole_run_and_spans_cut_both_said(run, monkeypatch):
+    from trainperf.ranks._report import _load
+    from trainperf.ranks._report._notes import read_notes
+
+    monkeypatch.setattr(_load, "RUN_WINDOWS", 6)  # two ranks: 3 windows each at most
+    monkeypatch.setattr(_load, "MIN_WINDOWS_PER_RANK", 3)
+    monkeypatch.setattr(_load, "RUN_SPANS", 10)
+    monkeypatch.setattr(_load, "MIN_SPANS_PER_RANK", 5)
+    ranks = _load.load_run(run)
+    for rank in ranks:  # 4 windows each (iterations 2, 4, 6, 8): the 3rd made it drop every other one
+        assert rank.window_stride == 2 and list(rank.windows["iteration"]) == [2.0, 6.0]
+        assert len(rank.span_t) == 5 and rank.spans_not_read > 0
+    report = build_report(run)
+    notes = read_notes(report)
+    assert "rank 1: more windows than the report holds; one in 2 was read, over the whole run" in notes
+    assert any(n.startswith("rank 0: ") and "of the timeline beyond what the report holds were not read" in n
+               for n in notes)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..._atomic import atomic_write
 from ._analyse import analyse, build_report
@@ -14,7 +14,7 @@ from ._html import render_html
 from ._json import report_json
 from ._load import load_run
 from ._notes import read_notes
-from ._perfetto import perfetto_trace, perfetto_traces
+from ._perfetto import perfetto_trace, perfetto_traces, write_trace
 
 __all__ = ["build_report", "write_report", "REPORT_FORMATS"]
 
@@ -23,8 +23,12 @@ REPORT_FORMATS = ("html", "json", "perfetto")
 
 
 def _write_text(path: Path, text: str) -> None:
+    _write_with(path, lambda f: f.write(text))
+
+
+def _write_with(path: Path, write: Callable[[IO[str]], Any]) -> None:
     try:
-        atomic_write(path, lambda f: f.write(text))
+        atomic_write(path, write)
     except OSError as exc:
         raise OSError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
 
@@ -73,12 +77,8 @@ def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], f
         written = []
         for rank, trace in perfetto_traces(ranks, report["start"], silent).items():
             path = target / f"rank-{rank}.json"
-            _write_text(path, _trace_json(trace))
+            _write_with(path, functools.partial(write_trace, trace))
             written.append(path)
         return written
-    _write_text(target, _trace_json(perfetto_trace(ranks, report["start"], silent)))
+    _write_with(target, functools.partial(write_trace, perfetto_trace(ranks, report["start"], silent)))
     return [target]
-
-
-def _trace_json(trace: dict[str, Any]) -> str:
-    return json.dumps(trace, separators=(",", ":"), allow_nan=False)

@@ -175,6 +175,8 @@ def _rank_entry(rank: Rank, silent_since: float | None) -> dict[str, Any]:
         "attempts_total": len(rank.attempts),
         "folder": rank.folder,
         "duplicates": list(rank.duplicates),
+        "window_stride": rank.window_stride,
+        "spans_not_read": rank.spans_not_read,
     }
 
 

@@ -80,6 +80,15 @@ MAX_LINE_BYTES = 1 << 20
 #: Events and clock estimates kept per rank; the rest are counted as skipped (a run writes a few
 #: hundred).
 MAX_OBJECTS = 100_000
+#: Windows and spans the report holds for a whole run (about 170 MB and 100 MB of columns), shared
+#: by its ranks, each rank getting at least the minimum: past its share a rank's windows are sampled
+#: (every other one dropped, again as needed) and its later spans are left out, both said.
+RUN_WINDOWS = 1_000_000
+RUN_SPANS = 4_000_000
+MIN_WINDOWS_PER_RANK = 10_000
+MIN_SPANS_PER_RANK = 50_000
+MAX_WINDOWS = RUN_WINDOWS
+MAX_SPANS = RUN_SPANS
 
 
 class Unreadable:
@@ -199,6 +208,8 @@ class Rank:
             this folder, oldest first (more than one when a rank was restarted into it); the windows
             read are the last attempt's.
         folder: the folder's name; ``duplicates``: other folders that name the same rank (not read).
+        window_stride: 1, or every how many windows one was kept (a run longer than the report holds).
+        spans_not_read: spans beyond the report's limit, left out.
     """
 
     rank: int
@@ -215,6 +226,8 @@ class Rank:
     attempts: list[tuple[int, int, int]] = field(default_factory=list)
     folder: str = ""
     duplicates: list[str] = field(default_factory=list)
+    window_stride: int = 1
+    spans_not_read: int = 0
 
     @property
     def host(self) -> str:
@@ -258,15 +271,18 @@ def _read_meta(path: Path, unreadable: Unreadable) -> dict[str, Any]:
 
 
 def _read_windows(
-    path: Path, unreadable: Unreadable,
-) -> tuple[dict[str, array[float]], int, list[tuple[int, int, int]]]:
-    """The windows of the last run that wrote into the file, the lines skipped, and every run's
-    ``(first, last, windows)`` (a rank restarted into its folder starts again at a lower iteration)."""
+    path: Path, unreadable: Unreadable, limit: int = MAX_WINDOWS,
+) -> tuple[dict[str, array[float]], int, list[tuple[int, int, int]], int]:
+    """The windows of the last run that wrote into the file, the lines skipped, every run's ``(first,
+    last, windows)`` (a rank restarted into its folder starts again at a lower iteration), and the
+    stride the windows were kept at: past ``limit`` windows, every other one is dropped and the
+    stride doubles, so memory stays bounded and the whole run is still covered."""
     columns = {name: array("d") for name in WINDOW_FIELDS}
     skipped = 0
     attempts: list[tuple[int, int, int]] = []
     last = -math.inf
-    first = 0
+    first = count = 0
+    stride = 1
     for line in _lines(path, unreadable):
         try:
             obj = _json(line) if line is not None else None
@@ -282,11 +298,15 @@ def _read_windows(
             skipped += 1
             continue
         if iteration < last:  # a new run in the same folder: the windows read are the newest run's
-            attempts.append((first, int(last), len(columns["iteration"])))
+            attempts.append((first, int(last), count))
             columns = {name: array("d") for name in WINDOW_FIELDS}
-        if not columns["iteration"]:
+            count, stride = 0, 1
+        if not count:
             first = iteration
         last = iteration
+        count += 1
+        if (count - 1) % stride:
+            continue
         extra = obj.get("extra")
         for name in WINDOW_FIELDS:
             if name in EXTRA_FIELDS:
@@ -300,18 +320,27 @@ def _read_windows(
             else:
                 value = num(obj.get(name))
             columns[name].append(_NAN if value is None else value)
-    if columns["iteration"]:
-        attempts.append((first, int(last), len(columns["iteration"])))
-    return columns, skipped, attempts
+        if len(columns["iteration"]) >= limit:
+            columns = {name: values[::2] for name, values in columns.items()}
+            stride *= 2
+    if count:
+        attempts.append((first, int(last), count))
+    return columns, skipped, attempts, stride
 
 
-def _read_spans(path: Path, unreadable: Unreadable) -> tuple[array[int], array[int], array[float], array[float], int]:
-    """The spans of the last run that wrote into the file (see :func:`_read_windows`), and the lines skipped."""
+def _read_spans(
+    path: Path, unreadable: Unreadable, limit: int = MAX_SPANS,
+) -> tuple[array[int], array[int], array[float], array[float], int, int]:
+    """The spans of the last run that wrote into the file (see :func:`_read_windows`), at most ``limit``
+    of them (the first), the lines skipped, and how many spans beyond the limit were not read."""
     phases = {name: k for k, name in enumerate(SPAN_PHASES)}
     iters, kinds, ts, ds = array("q"), array("b"), array("d"), array("d")
-    skipped = 0
+    skipped = not_read = 0
     last = -1
     for line in _lines(path, unreadable):
+        if len(iters) >= limit:
+            not_read += 1
+            continue
         try:
             if line is None:
                 raise ValueError("too long")
@@ -327,12 +356,13 @@ def _read_spans(path: Path, unreadable: Unreadable) -> tuple[array[int], array[i
             continue
         if i < last:  # a new run in the same folder
             iters, kinds, ts, ds = array("q"), array("b"), array("d"), array("d")
+            not_read = 0
         last = i
         iters.append(i)
         kinds.append(ph)
         ts.append(float(t))
         ds.append(float(d))
-    return iters, kinds, ts, ds, skipped
+    return iters, kinds, ts, ds, skipped, not_read
 
 
 def _read_clock(path: Path, unreadable: Unreadable) -> tuple[Clock, int]:
@@ -359,11 +389,12 @@ def _read_clock(path: Path, unreadable: Unreadable) -> tuple[Clock, int]:
     return clock, skipped
 
 
-def read_rank(path: Path, rank: int) -> Rank:
-    """One rank's folder."""
+def read_rank(path: Path, rank: int, *, max_windows: int = MAX_WINDOWS, max_spans: int = MAX_SPANS) -> Rank:
+    """One rank's folder, with at most ``max_windows`` windows (a sample of a longer run, see
+    :func:`_read_windows`) and ``max_spans`` spans."""
     unreadable = Unreadable()
-    windows, skipped_windows, attempts = _read_windows(path / WINDOWS, unreadable)
-    iters, kinds, ts, ds, skipped_timeline = _read_spans(path / SPANS, unreadable)
+    windows, skipped_windows, attempts, stride = _read_windows(path / WINDOWS, unreadable, max_windows)
+    iters, kinds, ts, ds, skipped_timeline, spans_not_read = _read_spans(path / SPANS, unreadable, max_spans)
     clock, skipped_clock = _read_clock(path / CLOCK, unreadable)
     events, skipped_events = read_objects(path / EVENTS, unreadable)
     kept = [e for e in events if all(wall(e[k]) is not None for k in ("t", "last_seen") if e.get(k) is not None)]
@@ -372,7 +403,7 @@ def read_rank(path: Path, rank: int) -> Rank:
     skipped = {"windows": skipped_windows, "timeline": skipped_timeline, "clock": skipped_clock,
                "events": skipped_events}
     return Rank(rank, _read_meta(path / META, unreadable), windows, iters, kinds, ts, ds, clock, events, skipped,
-                unreadable.files, attempts, path.name)
+                unreadable.files, attempts, path.name, window_stride=stride, spans_not_read=spans_not_read)
 
 
 def _align(rank: Rank) -> None:
@@ -412,10 +443,13 @@ def load_run(run_dir: str | os.PathLike[str]) -> list[Rank]:
     if not found:
         raise ValueError(f"run_dir {str(run_dir)!r} holds no rank-<r> folder: not a trainperf run directory")
     ranks = []
+    # the run's budget, shared by its ranks: bounded memory for any number of ranks and any file sizes
+    max_windows = max(MIN_WINDOWS_PER_RANK, RUN_WINDOWS // len(found))
+    max_spans = max(MIN_SPANS_PER_RANK, RUN_SPANS // len(found))
     for r, paths in sorted(found.items()):
         # ``rank-1`` and ``rank-01`` name one rank: the one trainperf writes is read, the others named
         paths.sort(key=lambda p: (p.name != f"rank-{r}", p.name))
-        rank = read_rank(paths[0], r)
+        rank = read_rank(paths[0], r, max_windows=max_windows, max_spans=max_spans)
         rank.duplicates = [p.name for p in paths[1:]]
         ranks.append(rank)
     for rank in ranks:

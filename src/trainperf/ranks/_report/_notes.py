@@ -29,6 +29,13 @@ def read_notes(report: dict[str, Any]) -> list[str]:
             notes.append(f"rank {r}: skipped {files} (cut, not JSON, or values no run writes)")
         for name, why in (rank.get("unreadable") or {}).items():
             notes.append(f"rank {r}: {name} could not be read: {why}")
+        stride = rank.get("window_stride") or 1
+        if stride > 1:
+            notes.append(f"rank {r}: more windows than the report holds; one in {stride} was read, over the "
+                         "whole run")
+        if rank.get("spans_not_read"):
+            notes.append(f"rank {r}: {counted(rank['spans_not_read'], 'span')} of the timeline beyond what the "
+                         "report holds were not read")
         attempts, runs = rank.get("attempts") or [], rank.get("attempts_total") or 0
         if runs > 1:
             earlier = "; ".join(f"iterations {a['first']}-{a['last']} ({counted(a['windows'], 'window')})"
