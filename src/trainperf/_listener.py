@@ -49,6 +49,8 @@ _get_ident = threading.get_ident
 _SHARED = -1
 #: ``_owner`` once the listener is closed: every call takes the slow path, which refuses it.
 _CLOSED = -2
+#: The longest a second thread waits for the first to leave the unlocked part of a call, once.
+_HANDOVER_TIMEOUT_S = 0.5
 
 
 def _check_part(name: str, seconds: float) -> None:
@@ -195,6 +197,8 @@ class PerformanceListener:
 
         self._owner: int | None = None  # the thread that records; None until the first call
         self._shared = False
+        self._handover: threading.Event | None = None  # set when the first thread has left its call
+        self._handover_from = 0
         self._lock = threading.RLock()
         self._device = PendingWindows()  # the device clock (CUDA events) and the windows waiting for it
         self._timeline: DeviceTimeline | None = None  # the device clock, for the hot path
@@ -463,6 +467,7 @@ class PerformanceListener:
     ) -> PerformanceRecord | None:
         """The first call (types are checked once, here), a call after :meth:`close`, and every
         call once a second thread has used the listener: those take the lock."""
+        self._left_unlocked()
         with self._lock:
             if self._closed:
                 raise RuntimeError("this PerformanceListener is closed: it records no more iterations")
@@ -487,10 +492,17 @@ class PerformanceListener:
         if self._shared:
             return
         self._shared = True
+        first = self._owner
         self._owner = _SHARED
-        # The first thread may be inside a call that does not report (a few bytecodes, no I/O; a
-        # report takes the lock): give it the interpreter to finish that call before this one starts.
-        time.sleep(0.001)
+        # The first thread may be inside the unlocked part of a call (it read the owner before this
+        # changed it). It has left that part once it calls again (a call now takes the lock) or
+        # reports (a report takes the lock): it says so, and until then nothing here touches the window.
+        # A first thread that records no more cannot be inside a call for long: the wait is bounded.
+        if first is not None and first >= 0 and first != _get_ident():
+            left = self._handover = threading.Event()
+            self._handover_from = first
+            left.wait(_HANDOVER_TIMEOUT_S)
+            self._handover = None
         warnings.warn(
             "trainperf: this PerformanceListener is used from more than one thread; from now on each "
             "record_iteration takes a lock. Iterations of all threads count in the same windows, in "
@@ -498,6 +510,12 @@ class PerformanceListener:
             RuntimeWarning,
             stacklevel=user_stacklevel(),
         )
+
+    def _left_unlocked(self) -> None:
+        """The first thread is out of the unlocked part of its calls (see :meth:`_share`)."""
+        left = self._handover
+        if left is not None and _get_ident() == self._handover_from:
+            left.set()
 
     def exclude(self, seconds: float) -> None:
         """Leave ``seconds`` that just passed (validation, checkpointing) out of the current window."""
@@ -522,6 +540,7 @@ class PerformanceListener:
         self._next_report = self._count + 1 if self._device else window.end
 
     def _report(self, last: WindowEntry) -> PerformanceRecord | None:
+        self._left_unlocked()
         with self._lock:  # another thread's first call waits for a report to end
             window = self._open
             closes = not (self._count < window.end or last[0] < window.start)

@@ -1,0 +1,116 @@
+"""The hand-over to locked mode when a second thread starts recording: no iteration is counted twice
+or lost, every window's iteration count matches its iterations, and a run directory numbers each
+iteration once."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import warnings
+
+from trainperf import MemorySink, PerformanceListener
+
+
+class PausingClock:
+    """A clock that, once armed, starts ``then`` on another thread at its next reading on this thread
+    and gives that thread the interpreter for a while before answering: a second thread that starts
+    recording exactly while the first is inside a call."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.armed = False
+        self.then = None
+        self.thread = threading.get_ident()
+        self.other: threading.Thread | None = None
+
+    def __call__(self) -> float:
+        if self.armed and threading.get_ident() == self.thread:
+            self.armed = False
+            self.other = threading.Thread(target=self.then)
+            self.other.start()
+            # the other thread runs as far as it can while this one is mid-call, for longer than a thread
+            # waits to get the interpreter back (but within the second thread's bound, 0.5 s)
+            self.other.join(0.3)
+        return self.now
+
+
+def test_a_second_thread_taking_over_mid_call_loses_and_doubles_no_iteration(tmp_path):
+    clock = PausingClock()
+    memory = MemorySink()
+    listener = PerformanceListener(4, sinks=[memory], clock=clock, sink_thread=False, report_hardware=False,
+                                   run_dir=tmp_path / "run")
+    clock.then = lambda: listener.record_iteration(samples=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "used from more than one thread"
+        for i in range(1, 11):
+            clock.now += 0.01
+            if i == 3:  # inside the third call, after it read the owner: the second thread arrives
+                clock.armed = True
+            listener.record_iteration(samples=1)
+        assert clock.other is not None
+        clock.other.join(5)
+        listener.close()
+    records = memory.records
+    assert sum(r.window_iterations for r in records) == 11 == listener.iteration
+    for r in records:
+        assert r.iteration - r.first_iteration + 1 == r.window_iterations, r
+        assert r.samples == r.window_iterations
+    lines = (tmp_path / "run" / "rank-0" / "timeline.jsonl").read_text().splitlines()
+    spans = [(json.loads(line)["i"], json.loads(line)["ph"]) for line in lines]
+    # every iteration numbered once: no phase of an iteration twice, numbers in order and in the run
+    # (phases of zero length are left out: the two threads share this fake clock)
+    assert len(set(spans)) == len(spans) and [i for i, _ in spans] == sorted(i for i, _ in spans)
+    assert {i for i, _ in spans} <= set(range(1, 12)) and len({i for i, _ in spans}) >= 9
+
+
+def test_a_second_thread_waits_for_the_first_at_most_until_its_next_call_or_a_bound():
+    """The first thread is not inside a call: the second waits for its next call, or the bound once."""
+    from trainperf import _listener
+
+    listener = PerformanceListener(4, sinks=[], report_hardware=False)
+    listener.record_iteration(samples=1)
+    took: list[float] = []
+
+    def second() -> None:
+        began = time.perf_counter()
+        listener.record_iteration(samples=1)
+        took.append(time.perf_counter() - began)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        other = threading.Thread(target=second)
+        other.start()
+        other.join(5)  # the first thread makes no call meanwhile: the bound
+        assert took and _listener._HANDOVER_TIMEOUT_S <= took[0] < _listener._HANDOVER_TIMEOUT_S + 1.0
+        took.clear()
+        third = threading.Thread(target=second)
+        third.start()
+        third.join(5)
+    assert took and took[0] < _listener._HANDOVER_TIMEOUT_S  # handed over once: no more waiting
+    assert listener.iteration == 3
+    listener.close()
+
+
+def test_the_first_threads_next_call_ends_the_second_threads_wait():
+    listener = PerformanceListener(100, sinks=[], report_hardware=False)
+    listener.record_iteration(samples=1)
+    took: list[float] = []
+    started = threading.Event()
+
+    def second() -> None:
+        started.set()
+        began = time.perf_counter()
+        listener.record_iteration(samples=1)
+        took.append(time.perf_counter() - began)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        other = threading.Thread(target=second)
+        other.start()
+        started.wait(5)
+        time.sleep(0.01)  # the second thread is waiting now
+        listener.record_iteration(samples=1)  # the first thread's next call
+        other.join(5)
+    assert took and listener.iteration == 3
+    listener.close()
