@@ -55,6 +55,10 @@ def num(value: Any) -> float | None:
     return f if -MAX_FIGURE < f < MAX_FIGURE else None
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def wall(value: Any) -> float | None:
     """``value`` as a wall time (seconds since 1970, not negative, before :data:`MAX_WALL_S`), else ``None``."""
     f = num(value)
@@ -293,11 +297,14 @@ def _read_windows(
             continue
         iteration, n = obj.get("iteration"), obj.get("window_iterations")
         if (isinstance(iteration, bool) or not isinstance(iteration, int) or isinstance(n, bool)
-                or not isinstance(n, int) or n < 1 or iteration == last or iteration > 2**53 or n > 2**53
-                or iteration < 0):
+                or not isinstance(n, int) or n < 1 or iteration > 2**62 or n > 2**62):
             skipped += 1
             continue
-        if iteration < last:  # a new run in the same folder: the windows read are the newest run's
+        restarted = iteration < last and iteration - n + 1 == 1  # a new process counts from 1 again
+        if iteration <= last and not restarted:  # a line out of order: not a run's
+            skipped += 1
+            continue
+        if restarted:  # a new run in the same folder: the windows read are the newest run's
             attempts.append((first, int(last), count))
             columns = {name: array("d") for name in WINDOW_FIELDS}
             count, stride = 0, 1
@@ -317,6 +324,8 @@ def _read_windows(
                 value = 1.0 if obj.get("etl_source") == "gap" else 0.0
             elif name == "timestamp":
                 value = wall(obj.get(name))
+            elif name in ("iteration", "window_iterations"):
+                value = float(obj[name])  # whole numbers, checked above
             else:
                 value = num(obj.get(name))
             columns[name].append(_NAN if value is None else value)
@@ -351,10 +360,10 @@ def _read_spans(
             continue
         duration = num(d)
         if (isinstance(i, bool) or not isinstance(i, int) or i < 0 or wall(t) is None or duration is None
-                or not 0.0 <= duration < MAX_SPAN_S or i > 2**53):
+                or not 0.0 <= duration < MAX_SPAN_S or i > 2**62 or (i < last and i != 1)):
             skipped += 1
             continue
-        if i < last:  # a new run in the same folder
+        if i < last:  # back to iteration 1: a new run in the same folder (a new process counts from 1)
             iters, kinds, ts, ds = array("q"), array("b"), array("d"), array("d")
             not_read = 0
         last = i
@@ -370,11 +379,12 @@ def _read_clock(path: Path, unreadable: Unreadable) -> tuple[Clock, int]:
     points: list[tuple[float, float, float]] = []
     reference = False
     for obj in objects:
-        t, offset, status = wall(obj.get("t")), num(obj.get("offset_s")), obj.get("status")
+        t, raw, status = wall(obj.get("t")), obj.get("offset_s"), obj.get("status")
+        offset = num(raw)
         if offset is not None and not -MAX_OFFSET_S < offset < MAX_OFFSET_S:
             offset = None
-        if t is None or status not in ("reference", "aligned", "unknown") or (status == "aligned" and offset is None):
-            skipped += 1
+        if t is None or status not in ("reference", "aligned", "unknown") or (raw is not None and offset is None):
+            skipped += 1  # no time, no known status, or an offset that is no estimate
             continue
         if status == "reference":
             reference = True
@@ -397,7 +407,7 @@ def read_rank(path: Path, rank: int, *, max_windows: int = MAX_WINDOWS, max_span
     iters, kinds, ts, ds, skipped_timeline, spans_not_read = _read_spans(path / SPANS, unreadable, max_spans)
     clock, skipped_clock = _read_clock(path / CLOCK, unreadable)
     events, skipped_events = read_objects(path / EVENTS, unreadable)
-    kept = [e for e in events if all(wall(e[k]) is not None for k in ("t", "last_seen") if e.get(k) is not None)]
+    kept = [e for e in events if all(wall(e[k]) is not None for k in ("t", "last_seen") if _is_number(e.get(k)))]
     skipped_events += len(events) - len(kept)
     events = kept
     skipped = {"windows": skipped_windows, "timeline": skipped_timeline, "clock": skipped_clock,
