@@ -157,8 +157,9 @@ def expected_row(kind: str, record: PerformanceRecord) -> dict[str, tuple[float 
                 out[f"gc.{stat.name}.ms"] = item
         if record.verdict is not None:
             out["verdict"] = (record.verdict.kind, 0.0)
-            share = re.match(r"(\d+)%", record.verdict.reason)
-            if share:
+            if record.verdict.kind == "fine":  # the line states a fine verdict's share first, to the percent
+                out["verdict_pct"] = (float(f"{record.verdict.share:.0f}"), 0.0)
+            elif share := re.match(r"(\d+)%", record.verdict.reason):
                 out["verdict_pct"] = (float(share.group(1)), 0.0)
     if record.warmup and kind != "dl4j":
         out["warmup"] = (True, 0.0)

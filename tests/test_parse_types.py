@@ -55,3 +55,31 @@ def test_a_whole_number_column_with_a_missing_value_stays_float_with_nan():
     frame = read_both("\n".join(lines) + "\n").to_pandas()
     assert str(frame["samples"].dtype) == "float64"
     assert frame["samples"].iloc[0] == 320.0 and pd.isna(frame["samples"].iloc[1])
+
+
+def test_a_fine_verdicts_share_reads_back_from_text_lines_as_from_json_lines(tmp_path, clock):
+    import io
+    import logging
+
+    from trainperf.sinks import LoggingSink
+
+    text = io.StringIO()
+    logger = logging.getLogger("trainperf.test.fine")
+    logger.handlers[:] = [logging.StreamHandler(text)]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    with JsonLinesSink(tmp_path / "run.jsonl") as jsonl:
+        listener = PerformanceListener(4, sinks=[LoggingSink(logger), jsonl], clock=clock, sink_thread=False,
+                                       report_hardware=False)
+        for i in range(24):
+            clock.advance(0.01)
+            listener.record_iteration(samples=8, etl=0.0007 * (i % 5), other=0.0004)
+        listener.close()
+    records = listener.history.records
+    assert all(r.verdict is not None and r.verdict.kind == "fine" for r in records)
+    from_text = read_both(text.getvalue()).to_pandas()
+    from_json = read_both((tmp_path / "run.jsonl").read_bytes()).to_pandas()
+    assert from_text["verdict"].tolist() == from_json["verdict"].tolist() == ["fine"] * 6
+    assert from_json["verdict_pct"].tolist() == [r.verdict.share for r in records]
+    assert from_text["verdict_pct"].notna().all()
+    assert (from_text["verdict_pct"] - from_json["verdict_pct"]).abs().max() <= 0.5  # the line says whole percents

@@ -140,6 +140,10 @@ def format_line(record: PerformanceRecord) -> str:
     ]
     if record.warmup:
         parts.append("warm-up")
-    if record.verdict is not None:
-        parts.append(f"verdict: {record.verdict.kind} ({record.verdict.reason})")
+    verdict = record.verdict
+    if verdict is not None:
+        # A bad verdict's reason starts with its share; a fine one's names several: the line states
+        # the largest first, so that a reader of the line (and parse_log) has the share as well.
+        share = f"{verdict.share:.0f}% at most: " if verdict.kind == "fine" else ""
+        parts.append(f"verdict: {verdict.kind} ({share}{verdict.reason})")
     return "; ".join(parts) + ";"
