@@ -36,7 +36,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "_summary.py": ("tests/test_summary.py",),
     "_timeline.py": ("tests/test_timeline.py", "tests/test_timeline_loops.py"),
     "ranks/_stragglers.py": ("tests/test_stragglers.py", "tests/test_report.py"),
-    "_atomic.py": ("tests/test_atomic.py",),
+    "_atomic.py": ("tests/test_atomic.py", "tests/test_sink_faults.py"),
     "ranks/_gather.py": ("tests/test_gather.py",),
     "_own_time.py": ("tests/test_own_time.py", "tests/test_attribution.py", "-k", "'own_time or collection'"),
     "_build.py": ("tests/test_build.py",),
@@ -50,7 +50,11 @@ MODULES: dict[str, tuple[str, ...]] = {
     "torch/_gap.py": ("tests/test_gap.py",),
     "torch/_batch.py": ("tests/test_batch.py",),
     "sinks/_jsonlines.py": ("tests/test_sinks_files.py", "tests/test_sinks_kill.py"),
-    "sinks/_csv.py": ("tests/test_sinks_files.py", "tests/test_sinks_kill.py"),
+    "sinks/_csv.py": ("tests/test_sinks_files.py", "tests/test_sinks_kill.py", "tests/test_sink_faults.py"),
+    "sinks/_base.py": ("tests/test_hostile_sinks.py", "tests/test_emit.py", "tests/test_sinks.py"),
+    "_cli/_tables.py": ("tests/test_cli_parse.py", "tests/test_cli.py"),
+    "ranks/_report/_notes.py": ("tests/test_report_hostile.py",),
+    "data/_bench.py": ("tests/test_bench.py",),
     "_logs/_lines.py": ("tests/test_lines.py", "tests/test_parse.py", "tests/test_parse_hostile.py",
                         "tests/test_parse_bulk.py", "tests/test_format.py"),
     "_logs/_parse.py": ("tests/test_parse.py", "tests/test_parse_hostile.py", "tests/test_parse_bulk.py"),
@@ -60,8 +64,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "lightning/_callback.py": ("tests/test_lightning_split.py", "tests/test_lightning.py"),
     "torch/_loop_hooks.py": ("tests/test_loop_hooks.py", "tests/test_torch_adapter.py", "tests/test_torch_loops.py",
                              "tests/test_attribution.py"),
-    "ranks/_report/_load.py": ("tests/test_load.py", "tests/test_run_dir.py", "tests/test_report.py", "-k",
-                               "'not chromium and not html'"),
+    "ranks/_report/_load.py": ("tests/test_load.py", "tests/test_run_dir.py", "tests/test_report_hostile.py",
+                               "tests/test_report.py", "-k", "'not chromium and not html'"),
 }
 
 PYTEST = "-m pytest -x -q -p no:cacheprovider -m 'not realtime'"
