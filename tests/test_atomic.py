@@ -108,3 +108,69 @@ def test_temporary_names_that_exist_already_are_skipped(tmp_path, monkeypatch):
     atomic_write(tmp_path / "out.txt", lambda f: f.write("x"))
     assert (tmp_path / "out.txt").read_text() == "x"
     assert (tmp_path / ".out.txt.aaaaaaaaaaaa.tmp").read_text() == "someone else's"
+
+
+def test_the_temporary_name_is_the_targets_with_twelve_random_hex_digits(tmp_path, monkeypatch):
+    seen = []
+    real = os.open
+
+    def spy(path, *args, **kwargs):
+        seen.append(os.path.basename(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    atomic_write(tmp_path / "meta.json", lambda f: f.write("{}"))
+    assert len(seen) == 1 and seen[0].startswith(".meta.json.") and seen[0].endswith(".tmp")
+    assert len(seen[0]) == len(".meta.json.") + 12 + len(".tmp")
+
+
+def test_after_a_hundred_names_taken_the_write_gives_up_naming_the_target(tmp_path, monkeypatch):
+    import secrets
+
+    tries = []
+    monkeypatch.setattr(secrets, "token_hex", lambda n: tries.append(n) or "taken")
+    (tmp_path / ".out.txt.taken.tmp").write_text("")
+    with pytest.raises(FileExistsError, match="no free temporary name beside"):
+        atomic_write(tmp_path / "out.txt", lambda f: f.write("x"))
+    assert len(tries) == 100 and not (tmp_path / "out.txt").exists()
+
+
+def test_leftovers_are_removed_and_one_that_cannot_be_is_left_quietly(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    left = [tmp_path / ".perf.csv.aaaaaaaaaaaa.tmp", tmp_path / ".perf.csv.bbbbbbbbbbbb.tmp"]
+    for path in left:
+        path.write_text("half")
+    (tmp_path / ".perf.csvx.cccccccccccc.tmp").write_text("another file's")
+    real = Path.unlink
+
+    def stuck(self, *args, **kwargs):
+        if self.name.startswith(".perf.csv.aaaa"):
+            raise PermissionError(13, "Permission denied")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "unlink", stuck)
+    removed = _atomic.remove_leftovers(tmp_path / "perf.csv")
+    assert removed == [left[1]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".perf.csv.aaaaaaaaaaaa.tmp", ".perf.csvx.cccccccccccc.tmp"]
+    assert _atomic.remove_leftovers(tmp_path / "missing" / "perf.csv") == []
+
+
+def test_a_folder_that_cannot_be_listed_has_no_leftovers_to_remove(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    def unreadable(self, pattern):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "glob", unreadable)
+    assert _atomic.remove_leftovers(tmp_path / "perf.csv") == []
+
+
+def test_the_data_is_put_on_disk_before_the_rename_only_when_asked(tmp_path, monkeypatch):
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    atomic_write(tmp_path / "a.txt", lambda f: f.write("x"))
+    assert synced == []
+    atomic_write(tmp_path / "b.txt", lambda f: f.write("x"), fsync=True)
+    assert len(synced) == 1
