@@ -99,3 +99,50 @@ def test_a_non_callable_sink_whose_repr_raises_is_refused_with_a_type_error_nami
     with pytest.raises(TypeError, match=r"sink must be a callable taking a record, got <\S*NotASink object at 0x"):
         listener.add_sink(NotASink())  # type: ignore[arg-type]
     listener.close()
+
+
+def test_strict_fan_out_re_raises_the_first_failure_after_every_sink_had_the_record():
+    from trainperf import PerformanceRecord
+    from trainperf.sinks._base import FanOut
+
+    got: list[int] = []
+
+    def first(r):
+        raise KeyError("first")
+
+    def second(r):
+        raise ValueError("second")
+
+    fan = FanOut([first, lambda r: got.append(r.iteration), second], strict=True)
+    record = PerformanceRecord(iteration=3, window_iterations=1, window_s=0.1, warmup=False, timestamp=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SinkError)
+        with pytest.raises(KeyError, match="first"):
+            fan(record)
+    assert got == [3]
+
+
+def test_a_strict_fan_out_closes_quietly_when_no_sink_fails():
+    from trainperf.sinks._base import FanOut
+
+    closed: list[str] = []
+
+    class Closing:
+        def __call__(self, record):
+            pass
+
+        def close(self):
+            closed.append("x")
+
+    FanOut([Closing(), lambda r: None], strict=True).close()
+    assert closed == ["x"]
+
+
+def test_only_a_true_on_training_thread_asks_for_the_training_thread():
+    from trainperf.sinks._base import on_training_thread
+
+    for value, expected in ((True, True), (1, False), ("yes", False), (False, False)):
+        class Sink:
+            on_training_thread = value
+
+        assert on_training_thread(Sink()) is expected, value
