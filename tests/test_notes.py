@@ -17,8 +17,8 @@ def test_a_clean_run_has_no_note():
 
 
 def test_missing_ranks_are_listed_and_the_rest_counted():
-    report = {"ranks": [rank(50)], "missing_ranks": list(range(50)), "missing_ranks_total": 60}
-    assert read_notes(report) == ["60 ranks without a folder: " + ", ".join(map(str, range(50))) + " and 10 more"]
+    report = {"ranks": [rank(150)], "missing_ranks": list(range(50)), "missing_ranks_total": 120}
+    assert read_notes(report) == ["120 ranks without a folder: " + ", ".join(map(str, range(50))) + " and 70 more"]
     report = {"ranks": [rank(3)], "missing_ranks": [0, 1, 2], "missing_ranks_total": 3}
     assert read_notes(report) == ["3 ranks without a folder: 0, 1, 2"]
     report = {"ranks": [rank(1)], "missing_ranks": [0], "missing_ranks_total": 1}
