@@ -146,3 +146,49 @@ def test_only_a_true_on_training_thread_asks_for_the_training_thread():
             on_training_thread = value
 
         assert on_training_thread(Sink()) is expected, value
+
+
+def test_a_strict_close_re_raises_the_first_sinks_failure_after_closing_them_all():
+    from trainperf.sinks._base import FanOut
+
+    closed: list[str] = []
+
+    class Failing:
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        def __call__(self, record):
+            pass
+
+        def close(self):
+            closed.append(type(self.error).__name__)
+            raise self.error
+
+    fan = FanOut([Failing(KeyError("first")), Failing(ValueError("second"))], strict=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SinkError)
+        with pytest.raises(KeyError, match="first"):
+            fan.close()
+    assert closed == ["KeyError", "ValueError"]
+
+
+def test_a_sink_that_asks_for_the_training_thread_gets_each_record_once():
+    from trainperf import PerformanceRecord
+    from trainperf._emit import Emitter
+
+    got: list[int] = []
+
+    class OnTraining:
+        on_training_thread = True
+
+        def __call__(self, record):
+            got.append(record.iteration)
+
+    other: list[int] = []
+    emitter = Emitter([OnTraining(), lambda r: other.append(r.iteration)])
+    for i in range(1, 4):
+        emitter.deliver(PerformanceRecord(iteration=i, window_iterations=1, window_s=0.1, warmup=False,
+                                          timestamp=0.0))
+    assert emitter.flush(10.0)
+    emitter.close()
+    assert got == [1, 2, 3] and other == [1, 2, 3]

@@ -59,3 +59,22 @@ def test_a_csv_sink_file_reads_with_numbers_as_numbers_and_cut_rows_left_out():
     for bad in ("", "etl_ms,score\n1,2\n"):
         with pytest.raises(ValueError, match="perf.csv: no 'iteration' column, so no listener records"):
             csv_table(io.StringIO(bad), "perf.csv")
+
+
+def test_a_whole_value_beyond_int64_and_an_exponent_in_a_csv_cell_stay_floats():
+    table = log_table(parse_log([json.dumps({"iteration": 2, "samples": 1e19})]))
+    row = dict(zip(table.columns, table.rows[0], strict=True))
+    assert isinstance(row["samples"], float) and row["samples"] == 1e19
+    cells = csv_table(io.StringIO("iteration,x,y\n2,1e5,3.0\n"), "t.csv").rows[0]
+    assert cells == [2, 1e5, 3.0] and isinstance(cells[1], float) and isinstance(cells[2], float)
+
+
+def test_a_collector_without_pause_times_gets_an_empty_ms_column_on_the_bulk_path():
+    from _parse_paths import both_paths
+
+    line = "ETL: 1 ms; iteration {}; iteration time: 2 ms; GC: [cuda_alloc_retries: 1];\n"
+    _, in_bulk = both_paths("".join(line.format(i) for i in range(1, 4)))
+    table = log_table(in_bulk)
+    rows = [dict(zip(table.columns, row, strict=True)) for row in table.rows]
+    assert [r["gc.cuda_alloc_retries.count"] for r in rows] == [1, 1, 1]
+    assert [r["gc.cuda_alloc_retries.ms"] for r in rows] == [None, None, None]
