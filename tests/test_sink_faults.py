@@ -44,6 +44,7 @@ def test_a_failed_widening_loses_that_record_only_and_the_sink_goes_on(tmp_path,
                 assert i == 10
     got = rows(path)
     assert [int(r["iteration"]) for r in got] == [i for i in range(1, 101) if i != 10]
+    assert "\n\n" not in path.read_text()  # every reopening went on where the file ended: no blank line
     assert got[0]["gc.gen1.count"] == "" and got[-1]["gc.gen1.count"] == "100"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["perf.csv"]
 
@@ -64,7 +65,7 @@ def test_a_row_the_disk_took_only_part_of_loses_that_record_only(tmp_path):
         assert sink._file.flush is not full_disk and real_flush is not None
         sink(record(3))
     lines = path.read_text().splitlines()
-    assert lines[-2] == "2,1,0.0"  # the cut row stands alone on its line
+    assert lines[-2] == "2,1,0.0" and "" not in lines  # the cut row stands alone on its line, no blank one
     got = rows(path)
     assert [r["iteration"] for r in got[::2]] == ["1", "3"] and got[1]["iteration"] is None  # a short row
     assert got[2]["gc.gen0.count"] == "3"
