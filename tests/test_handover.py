@@ -64,6 +64,19 @@ def test_a_second_thread_taking_over_mid_call_loses_and_doubles_no_iteration(tmp
     assert {i for i, _ in spans} <= set(range(1, 12)) and len({i for i, _ in spans}) >= 9
 
 
+def timed_call(listener: PerformanceListener, took: list[float], started: threading.Event | None = None):
+    """What a second thread runs: one record_iteration, its duration kept in ``took``."""
+
+    def second() -> None:
+        if started is not None:
+            started.set()
+        began = time.perf_counter()
+        listener.record_iteration(samples=1)
+        took.append(time.perf_counter() - began)
+
+    return second
+
+
 def test_a_second_thread_waits_for_the_first_at_most_until_its_next_call_or_a_bound():
     """The first thread is not inside a call: the second waits for its next call, or the bound once."""
     from trainperf import _listener
@@ -71,11 +84,7 @@ def test_a_second_thread_waits_for_the_first_at_most_until_its_next_call_or_a_bo
     listener = PerformanceListener(4, sinks=[], report_hardware=False)
     listener.record_iteration(samples=1)
     took: list[float] = []
-
-    def second() -> None:
-        began = time.perf_counter()
-        listener.record_iteration(samples=1)
-        took.append(time.perf_counter() - began)
+    second = timed_call(listener, took)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -93,16 +102,13 @@ def test_a_second_thread_waits_for_the_first_at_most_until_its_next_call_or_a_bo
 
 
 def test_the_first_threads_next_call_ends_the_second_threads_wait():
+    from trainperf import _listener
+
     listener = PerformanceListener(100, sinks=[], report_hardware=False)
     listener.record_iteration(samples=1)
     took: list[float] = []
     started = threading.Event()
-
-    def second() -> None:
-        started.set()
-        began = time.perf_counter()
-        listener.record_iteration(samples=1)
-        took.append(time.perf_counter() - began)
+    second = timed_call(listener, took, started)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -112,5 +118,6 @@ def test_the_first_threads_next_call_ends_the_second_threads_wait():
         time.sleep(0.01)  # the second thread is waiting now
         listener.record_iteration(samples=1)  # the first thread's next call
         other.join(5)
-    assert took and listener.iteration == 3
+    assert took and took[0] < _listener._HANDOVER_TIMEOUT_S  # ended by that call, not by the bound
+    assert listener.iteration == 3
     listener.close()

@@ -176,24 +176,22 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _non_negative_int(text: str) -> int:
+def _int_from(text: str, minimum: int, kind: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a {kind} integer, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be a {kind} integer, got {text!r}")
     return value
+
+
+def _non_negative_int(text: str) -> int:
+    return _int_from(text, 0, "non-negative")
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
+    return _int_from(text, 1, "positive")
 
 
 def _positive_float(text: str) -> float:

@@ -114,7 +114,7 @@ def perfetto_traces(ranks: Sequence[Rank], start: float,
 
 def _other(ranks: Sequence[Rank], rank: int, world_size: int, start: float) -> dict[str, Any]:
     other: dict[str, Any] = {"producer": "trainperf", "start_unix_s": start}
-    left_out = {str(r.rank): spans_left_out(r) for r in ranks if spans_left_out(r)}
+    left_out = {str(r.rank): n for r in ranks if (n := spans_left_out(r))}
     if left_out:
         other["spans_left_out"] = left_out
         other["spans_kept_per_rank"] = MAX_SPANS_PER_RANK
