@@ -43,6 +43,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "_open_window.py": ("tests/test_open_window.py", "tests/test_attribution.py", "tests/test_collective.py"),
     "_totals.py": ("tests/test_totals.py",),
     "_publish.py": ("tests/test_publish.py",),
+    "_closer.py": ("tests/test_closer.py",),
+    "_handover.py": ("tests/test_handover.py",),
     "_readings.py": ("tests/test_readings.py", "tests/test_attribution.py"),
     "_notices.py": ("tests/test_notices.py",),
     "_collections.py": ("tests/test_collections.py",),

@@ -79,7 +79,7 @@ def timed_call(listener: PerformanceListener, took: list[float], started: thread
 
 def test_a_second_thread_waits_for_the_first_at_most_until_its_next_call_or_a_bound():
     """The first thread is not inside a call: the second waits for its next call, or the bound once."""
-    from trainperf import _listener
+    from trainperf import _handover
 
     listener = PerformanceListener(4, sinks=[], report_hardware=False)
     listener.record_iteration(samples=1)
@@ -91,18 +91,18 @@ def test_a_second_thread_waits_for_the_first_at_most_until_its_next_call_or_a_bo
         other = threading.Thread(target=second)
         other.start()
         other.join(5)  # the first thread makes no call meanwhile: the bound
-        assert took and _listener._HANDOVER_TIMEOUT_S <= took[0] < _listener._HANDOVER_TIMEOUT_S + 1.0
+        assert took and _handover.HANDOVER_TIMEOUT_S <= took[0] < _handover.HANDOVER_TIMEOUT_S + 1.0
         took.clear()
         third = threading.Thread(target=second)
         third.start()
         third.join(5)
-    assert took and took[0] < _listener._HANDOVER_TIMEOUT_S  # handed over once: no more waiting
+    assert took and took[0] < _handover.HANDOVER_TIMEOUT_S  # handed over once: no more waiting
     assert listener.iteration == 3
     listener.close()
 
 
 def test_the_first_threads_next_call_ends_the_second_threads_wait():
-    from trainperf import _listener
+    from trainperf import _handover
 
     listener = PerformanceListener(100, sinks=[], report_hardware=False)
     listener.record_iteration(samples=1)
@@ -118,6 +118,47 @@ def test_the_first_threads_next_call_ends_the_second_threads_wait():
         time.sleep(0.01)  # the second thread is waiting now
         listener.record_iteration(samples=1)  # the first thread's next call
         other.join(5)
-    assert took and took[0] < _listener._HANDOVER_TIMEOUT_S  # ended by that call, not by the bound
+    assert took and took[0] < _handover.HANDOVER_TIMEOUT_S  # ended by that call, not by the bound
     assert listener.iteration == 3
     listener.close()
+
+
+def test_the_handover_part_waits_for_the_first_thread_only_until_it_says_it_left_and_at_most_its_bound():
+    import threading as th
+
+    from trainperf._handover import HANDOVER_TIMEOUT_S, Handover
+
+    alone = Handover()
+    began = time.perf_counter()
+    alone.wait_for(None)  # nobody recorded before
+    alone.wait_for(th.get_ident())  # this thread itself
+    assert alone.shared and time.perf_counter() - began < HANDOVER_TIMEOUT_S / 2
+
+    handover = Handover()
+    ready, leave = th.Event(), th.Event()
+    done: list[float] = []
+
+    def first() -> None:
+        ready.set()
+        leave.wait(5)
+        handover.left_unlocked()
+
+    worker = th.Thread(target=first)
+    worker.start()
+    ready.wait(5)
+    waiter = th.Thread(target=lambda: (handover.wait_for(worker.ident), done.append(time.perf_counter())))
+    began = time.perf_counter()
+    waiter.start()
+    time.sleep(0.05)
+    handover.left_unlocked()  # said by another thread than the first: ignored
+    time.sleep(0.05)
+    assert not done
+    leave.set()
+    waiter.join(5)
+    worker.join(5)
+    assert done and done[0] - began < HANDOVER_TIMEOUT_S  # ended by the first thread, not the bound
+
+    silent = Handover()
+    began = time.perf_counter()
+    silent.wait_for(worker.ident)  # a thread that never says it left: the bound ends the wait
+    assert HANDOVER_TIMEOUT_S <= time.perf_counter() - began < HANDOVER_TIMEOUT_S + 1.0

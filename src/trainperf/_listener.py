@@ -12,9 +12,10 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from ._check import check_callable, check_int, check_seconds, check_str
+from ._closer import WindowCloser
 from ._collections import Collector
-from ._deferred import HostWindow, PendingWindows
 from ._emit import Emitter
+from ._handover import CLOSED, SHARED, Handover
 from ._hardware import Probe
 from ._notices import Advisor, BottleneckWarning, Notices
 from ._open_window import OpenWindow
@@ -25,13 +26,13 @@ from ._publish import Publisher
 from ._readings import HostReadings
 from ._record import PerformanceRecord
 from ._summary import RunSummary
-from ._timeline import DeviceTimeline, DeviceWindow
+from ._timeline import DeviceTimeline
 from ._verdict import (
     GC_BOUND_SHARE,
     INPUT_BOUND_SHARE,
     LOOP_BOUND_SHARE,
 )
-from ._window import WindowEntry, WindowFigures, window_figures
+from ._window import WindowEntry
 from .ranks._spans import RunDirLink
 from .sinks._base import Sink, SinkError, describe
 from .sinks._memory import MemorySink
@@ -45,12 +46,6 @@ _TIMELINE_METHODS = ("start", "begin", "end", "ready", "take", "wait", "stage")
 
 _INF = math.inf
 _get_ident = threading.get_ident
-#: ``_owner`` once a second thread has used the listener: every call then takes the lock.
-_SHARED = -1
-#: ``_owner`` once the listener is closed: every call takes the slow path, which refuses it.
-_CLOSED = -2
-#: The longest a second thread waits for the first to leave the unlocked part of a call, once.
-_HANDOVER_TIMEOUT_S = 0.5
 
 
 def _check_part(name: str, seconds: float) -> None:
@@ -196,11 +191,8 @@ class PerformanceListener:
         self._on_close: list[Callable[[], None]] = []
 
         self._owner: int | None = None  # the thread that records; None until the first call
-        self._shared = False
-        self._handover: threading.Event | None = None  # set when the first thread has left its call
-        self._handover_from = 0
+        self._handover = Handover()
         self._lock = threading.RLock()
-        self._device = PendingWindows()  # the device clock (CUDA events) and the windows waiting for it
         self._timeline: DeviceTimeline | None = None  # the device clock, for the hot path
         self._open = OpenWindow()
         self._closed = False
@@ -212,6 +204,8 @@ class PerformanceListener:
         self._run_dir = RunDirLink.open(run_dir, self.rank, clock, wall_clock)
         if self._run_dir is not None:
             self._emitter.sinks.append(self._run_dir.sink)
+        self._closer = WindowCloser(self._own, self._readings, self._publisher, self._notices, self._emitter,
+                                    self._run_dir, wall_clock, verdict=self.verdict)
         self._reset_window(started, first=True)
 
     # ------------------------------------------------------------------ set-up
@@ -287,7 +281,7 @@ class PerformanceListener:
                     f"timeline must be a DeviceTimeline (missing {', '.join(missing)}), got {timeline!r}"
                 )
         with self._lock:
-            self._emit_all(self._device.use(timeline))
+            self._closer.use(timeline)
             self._timeline = timeline
             self._next_report = self._open.end
 
@@ -321,10 +315,10 @@ class PerformanceListener:
         if self._owner is None:  # the thread that starts training is the one that trains
             self._own.move_to_this_thread()
         with self._lock:
-            self._emit_all(self._drain())
+            self._closer.finish()
         now = self._clock()
         self._reset_window(now if at is None or at > now else at, first=self._count == 0)
-        self._device.restart()
+        self._closer.pending.restart()
 
     def add_etl(self, seconds: float) -> None:
         """Add data-loading wait measured by a loader wrapper to the current iteration.
@@ -467,7 +461,7 @@ class PerformanceListener:
     ) -> PerformanceRecord | None:
         """The first call (types are checked once, here), a call after :meth:`close`, and every
         call once a second thread has used the listener: those take the lock."""
-        self._left_unlocked()
+        self._handover.left_unlocked()
         with self._lock:
             if self._closed:
                 raise RuntimeError("this PerformanceListener is closed: it records no more iterations")
@@ -484,25 +478,15 @@ class PerformanceListener:
                 return self.record_iteration(samples, batches, etl, score, started, other, steps, skipped)
             finally:
                 if not self._closed:
-                    self._owner = _SHARED
+                    self._owner = SHARED
 
     def _share(self) -> None:
         """A second thread uses the listener: from now on every call takes the lock. Said once.
         Called with the lock held."""
-        if self._shared:
+        if self._handover.shared:
             return
-        self._shared = True
-        first = self._owner
-        self._owner = _SHARED
-        # The first thread may be inside the unlocked part of a call (it read the owner before this
-        # changed it). It has left that part once it calls again (a call now takes the lock) or
-        # reports (a report takes the lock): it says so, and until then nothing here touches the window.
-        # A first thread that records no more cannot be inside a call for long: the wait is bounded.
-        if first is not None and first >= 0 and first != _get_ident():
-            left = self._handover = threading.Event()
-            self._handover_from = first
-            left.wait(_HANDOVER_TIMEOUT_S)
-            self._handover = None
+        first, self._owner = self._owner, SHARED
+        self._handover.wait_for(first)  # it may be inside the unlocked part of a call
         warnings.warn(
             "trainperf: this PerformanceListener is used from more than one thread; from now on each "
             "record_iteration takes a lock. Iterations of all threads count in the same windows, in "
@@ -510,12 +494,6 @@ class PerformanceListener:
             RuntimeWarning,
             stacklevel=user_stacklevel(),
         )
-
-    def _left_unlocked(self) -> None:
-        """The first thread is out of the unlocked part of its calls (see :meth:`_share`)."""
-        left = self._handover
-        if left is not None and _get_ident() == self._handover_from:
-            left.set()
 
     def exclude(self, seconds: float) -> None:
         """Leave ``seconds`` that just passed (validation, checkpointing) out of the current window."""
@@ -537,109 +515,38 @@ class PerformanceListener:
         window.reset(now, self._count, self.frequency, first=first)
         self._append = window.entries.append  # bound once per window: the hot path's one call
         # While windows wait for the device, every iteration takes the report path to poll it.
-        self._next_report = self._count + 1 if self._device else window.end
+        self._next_report = self._count + 1 if self._closer.pending else window.end
 
     def _report(self, last: WindowEntry) -> PerformanceRecord | None:
-        self._left_unlocked()
+        self._handover.left_unlocked()
         with self._lock:  # another thread's first call waits for a report to end
             window = self._open
             closes = not (self._count < window.end or last[0] < window.start)
             timeline = self._timeline
             if timeline is not None:
                 if closes and self.report_score:
-                    window.score = self._device.stage(window.score)
+                    window.score = self._closer.pending.stage(window.score)
                 timeline.end()
             if not closes:
                 # An iteration polling windows that wait for the device; or one that passed the
                 # unlocked check just before a second thread took over and reported the window it
                 # would have closed: it joins the next window instead.
                 window.entries.append((max(last[0], window.start), *last[1:]))
-                return self._poll_pending()
+                record = self._closer.poll(window, self._count, on_cuda=self.device is not None)
+                if not self._closer.pending:
+                    self._next_report = window.end
+                return record
             return self._report_locked(last)
 
     def _report_locked(self, last: WindowEntry) -> PerformanceRecord | None:
-        """Close the window that ``last`` ends. Its record is built now, or, with a device timeline,
-        once the device has done the window's work; returns the newest record built by this call."""
-        began = self._own.begin()
+        """Close the window that ``last`` ends (see :meth:`WindowCloser.close`)."""
         try:
-            record = self._close_window(last)
+            record = self._closer.close(self._open, last, self._count, (self.epoch, self.rank, self.device),
+                                        self._explicit_source)
         finally:
-            self._own_end(began, new_window=True)
             self._reset_window(self._clock(), first=False)  # where the clock stood still: no gap
-        self._say_deferred()
+        self._closer.say(on_cuda=self.device is not None)
         return record
-
-    def _close_window(self, last: WindowEntry) -> PerformanceRecord | None:
-        open_window = self._open
-        window_start = open_window.start
-        window = open_window.entries
-        window.append(last)
-        readings = self._readings
-        figures = window_figures(window_start, window, pauses=readings.take_pauses())
-        gc_stats = readings.read_collections(self._notices.once)
-        host = HostWindow(
-            first_iteration=open_window.first_iteration,
-            iteration=self._count,
-            figures=figures,
-            warmup=open_window.warmup,
-            timestamp=self._wall_clock(),
-            gc=gc_stats,
-            gc_s=figures.gc_s,
-            score=open_window.score,
-            epoch=self.epoch,
-            rank=self.rank,
-            device=self.device,
-            overhead_s=self._own.overhead_s,
-            times=open_window.take_times(figures.iterations),
-            etl_source=self._etl_source(figures),
-            hardware=readings.read_hardware(self._notices.once),
-            excluded=open_window.take_excluded(self._count, figures.iterations),
-        )
-        record = self._emit(host, None) if self._timeline is None else self._emit_all(self._device.add(host))
-        if self._run_dir is not None:  # the window's host timeline, once its iterations are known
-            self._emitter.submit(self._run_dir.spans_task(window_start, window, host.iteration,
-                                                          self._user_clock.shift))
-        return record
-
-    def _own_end(self, began: float, *, new_window: bool = False) -> None:
-        """trainperf's own work begun at ``began`` (:meth:`OwnTime.begin`) ended: on a device, its
-        idle time then is not the next iteration's either."""
-        seconds = self._own.end(began, new_window=new_window)
-        if self._timeline is not None:
-            self._open.exclude_before(self._count, seconds)
-
-    def _poll_pending(self) -> PerformanceRecord | None:
-        """Build the records of windows whose device work has completed; called with the lock held
-        on the iterations after a window closed, while some wait. Its cost is left out of the window."""
-        device = self._device
-        done = device.poll()
-        if not device:
-            self._next_report = self._open.end
-        if not done:
-            return None
-        began = self._own.begin()
-        try:
-            record = self._emit_all(done)
-        finally:
-            self._own_end(began)
-        self._say_deferred()
-        return record
-
-    def _drain(self) -> list[tuple[HostWindow, DeviceWindow]]:
-        """Every window still waiting for the device, after waiting for it once (end of training)."""
-        done = self._device.drain()
-        self._next_report = self._open.end
-        return done
-
-    def _emit_all(self, done: list[tuple[HostWindow, DeviceWindow]]) -> PerformanceRecord | None:
-        record = None
-        for host, device in done:
-            record = self._emit(host, device)
-        return record
-
-    def _emit(self, host: HostWindow, device: DeviceWindow | None) -> PerformanceRecord:
-        cpu = self._readings.cpu_load(host.hardware, host.figures) if device is None and self.verdict else None
-        return self._publisher.publish(host, device, cpu)
 
     def set_step_threads(self, threads: int | None) -> None:
         """How many threads the step computes with on the CPU (``torch.get_num_threads()``; adapters
@@ -647,20 +554,10 @@ class PerformanceListener:
         CPU than its compute needed."""
         self._readings.set_step_threads(threads)
 
-    def _etl_source(self, figures: WindowFigures) -> str:
-        if figures.etl_from_gap == 0:
-            return self._explicit_source
-        return "gap" if figures.etl_from_gap == figures.iterations else f"{self._explicit_source}+gap"
-
     def fixes_for(self, kind: str) -> list[str]:
         """Fixes for a bad verdict: first what the adapters can see, then the general ones."""
         self._notices.on_cuda = self.device is not None
         return self._notices.fixes_for(kind)
-
-    def _say_deferred(self) -> None:
-        """Issue the warnings of the records just built, once they have reached every sink."""
-        self._notices.on_cuda = self.device is not None
-        self._notices.say(user_stacklevel)
 
     def summary(self) -> RunSummary:
         """Time split (data wait / compute / GC) over every reported window after warm-up, with the
@@ -699,7 +596,7 @@ class PerformanceListener:
             except Exception as exc:  # noqa: BLE001 - closing goes on; said below
                 failures.append(f"reporting the last window failed: {exc!r}")
             self._closed = True
-            self._owner = _CLOSED
+            self._owner = CLOSED
             self._emitter.flush()  # what the close callbacks (a cluster link) read has reached its sinks
             self._own.close()
             self._readings.close()
@@ -722,15 +619,11 @@ class PerformanceListener:
         window = self._open
         if window.entries:
             if self.report_score:
-                window.score = self._device.stage(window.score)  # read after the wait below
+                window.score = self._closer.pending.stage(window.score)  # read after the wait below
             record = self._report_locked(window.entries.pop())
-        if self._device:
-            began = self._own.begin()
-            try:
-                record = self._emit_all(self._drain()) or record
-            finally:
-                self._own_end(began)
-            self._say_deferred()
+        if self._closer.pending:
+            record = self._closer.drain(window, self._count, on_cuda=self.device is not None) or record
+            self._next_report = window.end
         return record
 
     def _claim(self) -> None:
