@@ -42,7 +42,8 @@ def closer(clock: FakeClock, sink=None, **options) -> tuple[WindowCloser, list, 
     own = OwnTime(clock)
     readings = HostReadings(own.clock.read, report_gc=False, report_hardware=False, skip_gc=lambda: False)
     publisher = Publisher(ListenerOptions(**options), MemorySink(None), emitter, notices, host_name="node", pid=7)
-    made = WindowCloser(own, readings, publisher, notices, emitter, None, lambda: 1.7e9, verdict=True)
+    made = WindowCloser(own, readings, publisher, notices, emitter, None, lambda: 1.7e9,
+                        verdict=publisher.options.verdict)
     return made, got, notices
 
 
@@ -172,3 +173,38 @@ def test_the_warnings_of_a_record_are_said_after_it_reached_the_sinks_with_the_d
     assert notices.on_cuda
     c.say(on_cuda=False)
     assert not notices.on_cuda
+
+
+def test_each_window_carries_the_own_time_of_the_close_before_it_and_a_poll_adds_to_it():
+    clock = FakeClock()
+    c, got, _ = closer(clock, Costly(clock, 0.005))
+    window = OpenWindow()
+    window.reset(c.own.clock.read(), 0, 1, first=True)
+    for count in (1, 2, 3):
+        clock.advance(0.02)
+        c.close(window, (c.own.clock.read(), 0.0, None, 4, 1, 0.0, 1, 0), count, WHO, "given")
+        window.reset(c.own.clock.read(), count, 1, first=False)
+    assert [r.overhead_ms for r in got] == [0.0, pytest.approx(5.0), pytest.approx(5.0)]  # not summed
+    began = c.own.begin()
+    clock.advance(0.002)  # a poll of the device between two reports
+    c.own_end(window, 3, began)
+    clock.advance(0.02)
+    c.close(window, (c.own.clock.read(), 0.0, None, 4, 1, 0.0, 1, 0), 4, WHO, "given")
+    assert got[-1].overhead_ms == pytest.approx(7.0)  # the close's 5 ms and the poll's 2
+
+
+def test_a_window_on_the_host_clock_whose_cores_were_full_is_cpu_contention_and_one_on_a_device_is_not_judged_so(
+        monkeypatch):
+    from trainperf._verdict import CpuLoad
+
+    clock = FakeClock()
+    c, got, _ = closer(clock)
+    full = CpuLoad(process_pct=100.0, workers_pct=100.0, cores=2)
+    monkeypatch.setattr(c.readings, "cpu_load", lambda hardware, figures: full)
+    window, count = window_of(100.0, [100.01, 100.02])
+    record = c.close(window, (100.02, 0.002, None, 4, 1, 0.0, 1, 0), count, WHO, "given")
+    assert record.verdict.kind == "cpu-contention"
+    off, _, _ = closer(clock, verdict=False)
+    monkeypatch.setattr(off.readings, "cpu_load", lambda hardware, figures: pytest.fail("read without a verdict"))
+    window, count = window_of(100.0, [100.01, 100.02])
+    assert off.close(window, (100.02, 0.002, None, 4, 1, 0.0, 1, 0), count, WHO, "given").verdict is None

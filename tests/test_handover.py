@@ -162,3 +162,25 @@ def test_the_handover_part_waits_for_the_first_thread_only_until_it_says_it_left
     began = time.perf_counter()
     silent.wait_for(worker.ident)  # a thread that never says it left: the bound ends the wait
     assert HANDOVER_TIMEOUT_S <= time.perf_counter() - began < HANDOVER_TIMEOUT_S + 1.0
+
+
+def test_a_closed_listener_flushed_and_closed_from_another_thread_answers_at_once_without_sharing():
+    listener = PerformanceListener(2, sinks=[], report_hardware=False)
+    listener.record_iteration(samples=1)
+    listener.close()
+    took: list[float] = []
+
+    def other() -> None:
+        began = time.perf_counter()
+        assert listener.flush() is None
+        listener.close()
+        took.append(time.perf_counter() - began)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "used from more than one thread"
+        worker = threading.Thread(target=other)
+        worker.start()
+        worker.join(5)
+    from trainperf._handover import HANDOVER_TIMEOUT_S
+
+    assert took and took[0] < HANDOVER_TIMEOUT_S / 2
