@@ -4,6 +4,8 @@ hysteresis, CPU contention, and the device's verdict."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainperf import Verdict
 from trainperf._verdict import (
@@ -115,6 +117,46 @@ def test_contention_wins_over_input_bound_but_not_over_gc_or_loop():
     assert judge(1.0, 0.0, 0.3, iterations=10, cpu=busy).kind == "gc-bound"
     assert judge(1.0, 0.0, 0.0, 0.3, iterations=10, cpu=busy).kind == "loop-bound"
     assert judge(1.0, 0.0, 0.0, iterations=10, cpu=busy).share == 100.0
+    # a GC or loop share over its line, smaller than the data wait: the window is input-bound, not contention
+    assert judge(1.0, 0.5, 0.3, iterations=10, cpu=busy).kind == "input-bound"
+    assert judge(1.0, 0.5, 0.0, 0.3, iterations=10, cpu=busy).kind == "input-bound"
+    assert judge(1.0, 0.5, 0.05, 0.1, iterations=10, cpu=busy).kind == "cpu-contention"  # both under their lines
+
+
+def _judged_by_the_rule(window_s, etl_s, gc_s, other_s, thresholds, iterations, previous, cpu):
+    """The verdict's rule written out plainly, as the docs state it: every share over its line (lower
+    for the previous window's kind) and worth fixing; contention unless GC or the loop is over its
+    line; else the largest share, the first of equal ones."""
+    shares = [(100.0 * etl_s / window_s, etl_s, thresholds.input_bound, "input-bound"),
+              (100.0 * gc_s / window_s, gc_s, thresholds.gc_bound, "gc-bound"),
+              (100.0 * other_s / window_s, other_s, thresholds.loop_bound, "loop-bound")]
+    bound = [(min(100.0, share), kind) for share, seconds, line, kind in shares
+             if min(100.0, share) >= line * (0.8 if kind == previous else 1.0)
+             and seconds >= 0.0005 * max(1, iterations)]
+    if cpu is not None and cpu.contended and all(kind == "input-bound" for _, kind in bound):
+        return "cpu-contention", round(min(100.0, cpu.load_pct), 1)
+    if not bound:
+        return "fine", round(max(min(100.0, s[0]) for s in shares), 1)
+    share, kind = max(bound, key=lambda b: b[0])
+    return kind, round(share, 1)
+
+
+@given(
+    window_s=st.floats(0.001, 10.0),
+    parts=st.tuples(*(st.floats(0.0, 1.0) for _ in range(3))),
+    iterations=st.integers(1, 50),
+    previous=st.sampled_from([None, "fine", "input-bound", "gc-bound", "loop-bound"]),
+    load=st.none() | st.tuples(st.floats(0.0, 200.0), st.floats(0.0, 200.0)),
+    lines=st.tuples(*(st.sampled_from([5.0, 10.0, 20.0, 35.0]) for _ in range(3))),
+)
+@settings(max_examples=400, deadline=None)
+def test_the_verdict_follows_its_rule_on_any_window(window_s, parts, iterations, previous, load, lines):
+    etl_s, gc_s, other_s = (window_s * p for p in parts)
+    cpu = None if load is None else CpuLoad(load[0], load[1], 2)
+    thresholds = Thresholds(*lines)
+    got = judge(window_s, etl_s, gc_s, other_s, thresholds, iterations=iterations, previous=previous, cpu=cpu)
+    assert (got.kind, got.share) == _judged_by_the_rule(window_s, etl_s, gc_s, other_s, thresholds, iterations,
+                                                        previous, cpu)
 
 
 # -- the device's verdict (CUDA) -------------------------------------------------------------------------

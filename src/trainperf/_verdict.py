@@ -139,26 +139,38 @@ def judge(
     gc_share = min(100.0, 100.0 * gc_s / window_s)
     other_share = min(100.0, 100.0 * other_s / window_s)
     material_s = MATERIAL_MS / 1000.0 * max(1, iterations)
-    bound = [
-        (share, kind, reason)
-        for share, seconds, threshold, kind, reason in (
-            (etl_share, etl_s, thresholds.input_bound, "input-bound", "of step waiting for data"),
-            (gc_share, gc_s, thresholds.gc_bound, "gc-bound", "of step in garbage collection"),
-            (other_share, other_s, thresholds.loop_bound, "loop-bound",
-             "of step in the loop's own host work, outside the loader and the step"),
-        )
-        if share >= (threshold * HYSTERESIS if kind == previous else threshold) and seconds >= material_s
-    ]
-    if cpu is not None and cpu.contended and not any(kind != "input-bound" for _, kind, _ in bound):
+    # The largest share over its line names the verdict (the first of equal ones); checked in line,
+    # as this runs at every report.
+    share, kind = -1.0, ""
+    if etl_s >= material_s and etl_share >= _line(thresholds.input_bound, "input-bound", previous):
+        share, kind = etl_share, "input-bound"
+    gc_bound = gc_s >= material_s and gc_share >= _line(thresholds.gc_bound, "gc-bound", previous)
+    if gc_bound and gc_share > share:
+        share, kind = gc_share, "gc-bound"
+    loop_bound = other_s >= material_s and other_share >= _line(thresholds.loop_bound, "loop-bound", previous)
+    if loop_bound and other_share > share:
+        share, kind = other_share, "loop-bound"
+    if cpu is not None and not (gc_bound or loop_bound) and cpu.contended:
         return Verdict("cpu-contention", round(min(100.0, cpu.load_pct), 1), cpu.reason())
-    if bound:
-        share, kind, reason = max(bound, key=lambda b: b[0])
-        gain = speedup(window_s, {"input-bound": etl_s, "gc-bound": gc_s}.get(kind, 0.0))
-        return Verdict(kind, round(share, 1), f"{share:.0f}% {reason}" + _gain_words(kind, gain))
+    if kind:
+        gain = speedup(window_s, etl_s if kind == "input-bound" else gc_s if kind == "gc-bound" else 0.0)
+        return Verdict(kind, round(share, 1), f"{share:.0f}% {_REASONS[kind]}" + _gain_words(kind, gain))
     text = f"data wait {etl_share:.0f}%, GC {gc_share:.0f}%"
     if other_share >= 1.0:
         text += f", other host work {other_share:.0f}%"
     return Verdict("fine", round(max(etl_share, gc_share, other_share), 1), text + " of step")
+
+
+_REASONS = {
+    "input-bound": "of step waiting for data",
+    "gc-bound": "of step in garbage collection",
+    "loop-bound": "of step in the loop's own host work, outside the loader and the step",
+}
+
+
+def _line(threshold: float, kind: str, previous: str | None) -> float:
+    """The share from which a window is ``kind``: lower while the window before was (hysteresis)."""
+    return threshold * HYSTERESIS if kind == previous else threshold
 
 
 def _gain_words(kind: str, gain: float | None) -> str:
