@@ -125,3 +125,31 @@ def test_the_builders_values_are_frozen_and_its_options_keyword_only():
     assert (r.host, r.pid) == ("", 0)  # no process named
     with pytest.raises(TypeError):
         build_window_record(host(), None, OPTIONS, "input-bound")  # type: ignore[misc]
+
+
+def test_the_record_is_built_by_position_in_the_schemas_order_each_value_named_after_its_field():
+    import dataclasses
+    import inspect
+    import re
+
+    from trainperf import PerformanceRecord, _build
+    from trainperf._record import build_record
+
+    schema = [f.name for f in dataclasses.fields(PerformanceRecord)]
+    assert list(inspect.signature(build_record).parameters) == schema
+    source = inspect.getsource(_build.build_window_record)
+    call = source[source.index("record = build_record(\n"):]
+    call = call[:call.index("\n    )\n")]
+    named = re.findall(r",  # (\w+)$", call, flags=re.MULTILINE)
+    assert named == schema  # every field, once, in order
+    assert len(call.splitlines()) == len(schema) + 1  # one value per line, nothing unnamed
+
+
+def test_every_hardware_field_a_probe_gave_reaches_the_record_by_its_own_name():
+    from trainperf._hardware import HARDWARE_FIELDS
+
+    readings = {name: float(k + 1) for k, name in enumerate(HARDWARE_FIELDS)}
+    r = build_window_record(host(hardware=readings), None, OPTIONS).record
+    assert {name: getattr(r, name) for name in HARDWARE_FIELDS} == readings
+    assert all(getattr(build_window_record(host(hardware={}), None, OPTIONS).record, name) is None
+               for name in HARDWARE_FIELDS)
