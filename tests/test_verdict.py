@@ -475,3 +475,16 @@ def test_device_words_round_their_percents_and_milliseconds():
 def test_device_words_give_milliseconds_per_step_rounded():
     six = judge_device(0.100, 0.0, 0.0, etl_s=0.0, gc_s=0.0, iterations=6)  # 16.7 ms each
     assert six.reason == "0% of the time the GPU waited for data; 17 ms of GPU work per step"
+
+
+@pytest.mark.parametrize("part", ["etl", "gc", "other"])
+def test_each_share_counts_from_exactly_the_material_amount_per_iteration(part):
+    material_s = MATERIAL_MS / 1000.0 * 4  # four iterations
+    seconds = {"etl": 0.0, "gc": 0.0, "other": 0.0}
+    seconds[part] = material_s
+    kind = {"etl": "input-bound", "gc": "gc-bound", "other": "loop-bound"}[part]
+    at = judge(0.004, seconds["etl"], seconds["gc"], seconds["other"], iterations=4)  # 50% of the window
+    assert at.kind == kind
+    seconds[part] = material_s * (1 - 1e-9)
+    below = judge(0.004, seconds["etl"], seconds["gc"], seconds["other"], iterations=4)
+    assert below.kind == "fine"

@@ -153,8 +153,10 @@ def judge(
     if cpu is not None and not (gc_bound or loop_bound) and cpu.contended:
         return Verdict("cpu-contention", round(min(100.0, cpu.load_pct), 1), cpu.reason())
     if kind:
-        gain = speedup(window_s, etl_s if kind == "input-bound" else gc_s if kind == "gc-bound" else 0.0)
-        return Verdict(kind, round(share, 1), f"{share:.0f}% {_REASONS[kind]}" + _gain_words(kind, gain))
+        words = f"{share:.0f}% {_REASONS[kind]}"
+        if kind != "loop-bound":  # what free data or GC-free training would gain
+            words += _gain_words(kind, speedup(window_s, etl_s if kind == "input-bound" else gc_s))
+        return Verdict(kind, round(share, 1), words)
     text = f"data wait {etl_share:.0f}%, GC {gc_share:.0f}%"
     if other_share >= 1.0:
         text += f", other host work {other_share:.0f}%"
