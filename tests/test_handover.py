@@ -91,7 +91,7 @@ def test_a_second_thread_waits_for_the_first_at_most_until_its_next_call_or_a_bo
         other = threading.Thread(target=second)
         other.start()
         other.join(5)  # the first thread makes no call meanwhile: the bound
-        assert took and _handover.HANDOVER_TIMEOUT_S <= took[0] < _handover.HANDOVER_TIMEOUT_S + 1.0
+        assert took and 0.5 <= took[0] < 1.5  # the documented bound: half a second
         took.clear()
         third = threading.Thread(target=second)
         third.start()
@@ -161,7 +161,7 @@ def test_the_handover_part_waits_for_the_first_thread_only_until_it_says_it_left
     silent = Handover()
     began = time.perf_counter()
     silent.wait_for(worker.ident)  # a thread that never says it left: the bound ends the wait
-    assert HANDOVER_TIMEOUT_S <= time.perf_counter() - began < HANDOVER_TIMEOUT_S + 1.0
+    assert 0.5 <= time.perf_counter() - began < 1.5  # the documented bound: half a second
 
 
 def test_a_closed_listener_flushed_and_closed_from_another_thread_answers_at_once_without_sharing():
