@@ -4,6 +4,7 @@ from ._doctor import Check, DoctorReport, doctor
 from ._format import format_line
 from ._listener import BottleneckWarning, PerformanceListener
 from ._logs import ParsedLog, parse_log, plot
+from ._peaks import peak_flops
 from ._record import SCHEMA_VERSION, GCStat, PerformanceRecord, Verdict
 from ._summary import RunSummary
 from ._timeline import DeviceTimeline
@@ -35,6 +36,7 @@ __all__ = [
     "doctor",
     "format_line",
     "parse_log",
+    "peak_flops",
     "plot",
     "run_dir_files",
     "write_run_dir_files",

@@ -1,0 +1,106 @@
+"""The dense peak table: device names as torch reports them, dense figures only, and no guess for a
+device or format it does not know."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainperf import peak_flops
+from trainperf._peaks import PEAKS, Peak, device_row, find_peak, number_format
+
+T = 1e12
+
+# (name as torch.cuda.get_device_name() gives it, dtype, dense TFLOP/s from the maker's sheet)
+KNOWN = [
+    ("NVIDIA H100 80GB HBM3", "bf16", 989.4),
+    ("NVIDIA H100 80GB HBM3", "fp8", 1978.9),
+    ("NVIDIA H100 80GB HBM3", "tf32", 494.7),
+    ("NVIDIA H100 80GB HBM3", "fp32", 66.9),
+    ("NVIDIA H100 PCIe", "bf16", 756.5),
+    ("NVIDIA H100 NVL", "bf16", 835.5),  # not the sparse 1671
+    ("NVIDIA H200", "bf16", 989.4),
+    ("NVIDIA H200 NVL", "fp16", 835.5),
+    ("NVIDIA GH200 480GB", "bf16", 989.4),
+    ("NVIDIA B200", "bf16", 2250.0),
+    ("NVIDIA A100-SXM4-80GB", "bf16", 312.0),
+    ("NVIDIA A100-SXM4-40GB", "tf32", 156.0),
+    ("NVIDIA A100-PCIE-40GB", "fp16", 312.0),
+    ("NVIDIA A100 80GB PCIe", "fp32", 19.5),
+    ("NVIDIA A30", "bf16", 165.0),
+    ("NVIDIA A40", "bf16", 149.7),
+    ("NVIDIA A10", "bf16", 125.0),
+    ("NVIDIA A10G", "bf16", 125.0),
+    ("NVIDIA L4", "bf16", 121.0),
+    ("NVIDIA L40", "bf16", 181.05),
+    ("NVIDIA L40S", "bf16", 362.05),  # not an L4's 121
+    ("NVIDIA RTX A6000", "bf16", 154.8),
+    ("NVIDIA RTX 6000 Ada Generation", "bf16", 364.2),
+    ("NVIDIA GeForce RTX 4090", "bf16", 165.2),
+    ("NVIDIA GeForce RTX 4080", "fp16", 97.5),
+    ("NVIDIA GeForce RTX 3090", "bf16", 71.0),
+    ("Tesla V100-SXM2-16GB", "fp16", 125.0),
+    ("Tesla V100-SXM2-32GB", "fp32", 15.7),
+    ("Tesla V100-PCIE-16GB", "fp16", 112.0),
+    ("Tesla V100S-PCIE-32GB", "fp16", 130.0),
+    ("Tesla T4", "fp16", 65.0),
+]
+
+
+@pytest.mark.parametrize(("name", "dtype", "tflops"), KNOWN)
+def test_the_dense_peak_of_a_device_as_torch_names_it(name, dtype, tflops):
+    assert peak_flops(name, dtype) == pytest.approx(tflops * T)
+
+
+def test_at_least_twenty_distinct_device_names_are_known():
+    assert len({name for name, _, _ in KNOWN}) >= 20
+
+
+@pytest.mark.parametrize("name", [
+    "NVIDIA H100",  # SXM, PCIe or NVL: which one cannot be told
+    "NVIDIA H100 80GB HBM3 MIG 1g.10gb",  # a slice: its share of the peak is not in its name
+    "NVIDIA A100-SXM4-40GB MIG 3g.20gb",
+    "NVIDIA GeForce RTX 3090 Ti",
+    "NVIDIA GeForce RTX 4080 SUPER",
+    "AMD Instinct MI300X",
+    "Some Future GPU",
+    "",
+])
+def test_a_device_the_table_does_not_know_or_cannot_tell_has_no_peak(name):
+    assert peak_flops(name, "bf16") is None and find_peak(name, "bf16") is None
+
+
+def test_a_format_the_device_has_no_tensor_path_for_has_no_peak():
+    assert peak_flops("Tesla T4", "bf16") is None
+    assert peak_flops("Tesla V100-SXM2-16GB", "tf32") is None
+    assert peak_flops("NVIDIA A100-SXM4-80GB", "fp8") is None  # Ampere has no FP8
+
+
+def test_torch_dtypes_and_their_names_mean_the_same_format():
+    torch = pytest.importorskip("torch")
+    assert peak_flops("NVIDIA H100 80GB HBM3", torch.bfloat16) == peak_flops("NVIDIA H100 80GB HBM3", "bf16")
+    assert number_format(torch.float16) == number_format("half") == "fp16"
+    assert number_format(torch.float32) == "fp32" and number_format("tfloat32") == "tf32"
+    assert number_format(torch.float8_e4m3fn) == "fp8" and number_format(torch.int8) is None
+
+
+def test_the_peak_says_where_it_came_from():
+    peak = find_peak("NVIDIA H100 80GB HBM3", "bf16")
+    assert peak == Peak(989.4 * T, "H100 SXM", "bf16", "table")
+    assert peak.describe() == "H100 SXM bf16 dense, 989.4 TFLOP/s (table)"
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="device_name"):
+        peak_flops(None, "bf16")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="dtype.*'int4'"):
+        peak_flops("NVIDIA L4", "int4")
+
+
+def test_every_row_is_matched_by_some_name_and_dense_rates_keep_their_order():
+    names = {device_row(name) for name, _, _ in KNOWN}
+    assert names == set(PEAKS)  # no row that no name reaches
+    for row, peaks in PEAKS.items():
+        if "bf16" in peaks:
+            assert peaks["bf16"] >= peaks["tf32"] >= peaks["fp32"] * 0.99, row  # tensor paths are no slower
+        if "fp8" in peaks:
+            assert peaks["fp8"] == pytest.approx(2 * peaks["bf16"], rel=0.02), row  # sheets round
