@@ -11,7 +11,7 @@ from ._options import ListenerOptions
 from ._record import PerformanceRecord, build_record
 from ._timeline import DeviceWindow, speedup
 from ._verdict import CpuLoad, judge, judge_device
-from ._window import percentile
+from ._window import percentile, safe_rate
 
 __all__: list[str] = []
 
@@ -98,6 +98,7 @@ def build_window_record(
         ms * durations[-1] if options.report_iteration else None,  # iteration_max_ms
         figures.samples_per_sec if options.report_sample else None,  # samples_per_sec
         figures.batches_per_sec if options.report_batch else None,  # batches_per_sec
+        safe_rate(host.tokens, window_s) if host.tokens is not None else None,  # tokens_per_sec
         read_score(host.score) if options.report_score else None,  # score
         host.gc,  # gc
         host_name,  # host
@@ -107,6 +108,7 @@ def build_window_record(
         host.epoch,  # epoch
         figures.samples,  # samples
         figures.batches,  # batches
+        host.tokens,  # tokens
         ms * etl_s,  # etl_total_ms
         ms * gc_s if options.report_gc else None,  # gc_total_ms
         ms * figures.compute_s / n,  # compute_ms

@@ -94,6 +94,7 @@ class WindowCloser:
             etl_source=source if gap == 0 else "gap" if gap == figures.iterations else f"{source}+gap",
             hardware=readings.read_hardware(notices.once),
             excluded=window.take_excluded(count, figures.iterations),
+            tokens=window.window_tokens(figures.iterations),
         )
         pending = self.pending
         record = self._publish(host, None) if pending.timeline is None else self._publish_all(pending.add(host))

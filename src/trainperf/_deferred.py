@@ -36,6 +36,7 @@ class HostWindow:
         hardware: the probes' figures, read on the report iteration.
         excluded: per iteration of the window, host seconds left out before it.
         times: the named parts the adapters timed (``add_time``), mean milliseconds per iteration.
+        tokens: the window's real tokens, when every iteration counted them.
     """
 
     first_iteration: int
@@ -52,6 +53,7 @@ class HostWindow:
     overhead_s: float
     etl_source: str
     hardware: dict[str, float | None] = field(default_factory=dict)
+    tokens: int | None = None
     excluded: tuple[float, ...] = ()
     times: dict[str, float] = field(default_factory=dict)
 

@@ -19,7 +19,7 @@ from ._handover import CLOSED, SHARED, Handover
 from ._hardware import Probe
 from ._notices import Advisor, BottleneckWarning, Notices
 from ._open_window import OpenWindow
-from ._options import ListenerOptions, checked_sinks
+from ._options import ListenerOptions, TokenCounter, checked_sinks
 from ._own_time import OwnTime, UserClock
 from ._process import bad_iteration, env_rank, iteration_error, user_stacklevel
 from ._publish import Publisher
@@ -113,6 +113,10 @@ class PerformanceListener:
         report_hardware: read this process's CPU use and RSS and its loader workers' CPU use on
             report iterations (needs ``psutil``; without it those fields are ``None``). Adapters
             add the device's probes (CUDA memory peaks, NVML utilisation).
+        tokens: for adapters that see the batches, how many real tokens a batch holds (a function of the
+            batch, returning an int or ``None``); by default the attention mask's sum, else the size of
+            ``input_ids``, read on the host before the batch moves to a device. Records then carry
+            ``tokens`` and ``tokens_per_sec``. A loop of your own passes ``record_iteration(tokens=...)``.
 
     Example:
         >>> listener = PerformanceListener(10, report_gc=True)
@@ -147,11 +151,12 @@ class PerformanceListener:
         cluster_every: int = 10,
         cluster_timeout_s: float = 30.0,
         report_hardware: bool = True,
+        tokens: TokenCounter | None = None,
     ) -> None:
         options = ListenerOptions(
             frequency, report_score, report_gc, report_etl, report_iteration, report_time, report_sample,
             report_batch, strict, sink_thread, history, verdict, input_bound_share, gc_bound_share,
-            loop_bound_share, rank, run_dir, cluster_every, cluster_timeout_s, report_hardware,
+            loop_bound_share, rank, run_dir, cluster_every, cluster_timeout_s, report_hardware, tokens,
         )
         self.options = options
         self.frequency = options.frequency
@@ -362,6 +367,7 @@ class PerformanceListener:
         other: float = 0.0,
         steps: int = 1,
         skipped: int = 0,
+        tokens: int | None = None,
     ) -> PerformanceRecord | None:
         """One iteration (optimizer step) ended now.
 
@@ -379,6 +385,8 @@ class PerformanceListener:
                 (evaluation, logging, metric syncs between the step and the next batch).
             steps: optimizer steps taken in the iteration.
             skipped: of those, steps skipped (a ``GradScaler`` that found inf/NaN gradients).
+            tokens: real tokens in the iteration (padding left out); ``None`` when not counted. A
+                window's ``tokens`` and ``tokens_per_sec`` are known when each of its iterations gave them.
 
         Returns:
             The newest record built by this call, else ``None``. Without a device timeline that is
@@ -392,7 +400,8 @@ class PerformanceListener:
             RuntimeError: the listener is closed.
         """
         if _get_ident() != self._owner:
-            return self._record_from_other_thread(samples, batches, etl, score, started, other, steps, skipped)
+            return self._record_from_other_thread(samples, batches, etl, score, started, other, steps, skipped,
+                                                  tokens)
         try:  # one chained test of every value: cheap, and NaN or infinity fails it too
             if not (
                 0.0 <= etl <= etl + other < _INF
@@ -400,10 +409,11 @@ class PerformanceListener:
                 and batches >= 0
                 and (samples is None or samples >= 0)
                 and (started is None or started - started == 0.0)
+                and (tokens is None or tokens >= 0)
             ):
-                raise iteration_error(samples, batches, etl, started, other, steps, skipped)
+                raise iteration_error(samples, batches, etl, started, other, steps, skipped, tokens)
         except TypeError:
-            raise iteration_error(samples, batches, etl, started, other, steps, skipped) from None
+            raise iteration_error(samples, batches, etl, started, other, steps, skipped, tokens) from None
         if self._explicit_etl:
             etl = self._pending_etl
             started = None
@@ -413,6 +423,10 @@ class PerformanceListener:
             started = self._user_clock.at(started)
         if score is not None:
             self._open.score = score
+        if tokens is not None:
+            window = self._open
+            window.tokens += tokens
+            window.tokens_counted += 1
         count = self._count + 1
         self._count = count
         if count < self._next_report:
@@ -432,13 +446,18 @@ class PerformanceListener:
         other: float,
         steps: int,
         skipped: int,
+        tokens: int | None = None,
     ) -> PerformanceRecord | None:
         """:meth:`record_iteration` for an adapter that has just read the listener's clock (``now``)
         and whose figures are differences of that clock: nothing to check again, no second read."""
         if _get_ident() != self._owner or self._explicit_etl:  # first call, other threads, add_etl
             if started is not None:  # record_iteration takes the raw clock's time
                 started += self._user_clock.shift
-            return self.record_iteration(samples, batches, etl, None, started, other, steps, skipped)
+            return self.record_iteration(samples, batches, etl, None, started, other, steps, skipped, tokens)
+        if tokens is not None:
+            window = self._open
+            window.tokens += tokens
+            window.tokens_counted += 1
         count = self._count + 1
         self._count = count
         if count < self._next_report:
@@ -458,6 +477,7 @@ class PerformanceListener:
         other: float,
         steps: int,
         skipped: int,
+        tokens: int | None = None,
     ) -> PerformanceRecord | None:
         """The first call (types are checked once, here), a call after :meth:`close`, and every
         call once a second thread has used the listener: those take the lock."""
@@ -466,16 +486,16 @@ class PerformanceListener:
             if self._closed:
                 raise RuntimeError("this PerformanceListener is closed: it records no more iterations")
             if self._owner is None:
-                error = bad_iteration(samples, batches, etl, started, other, steps, skipped)
+                error = bad_iteration(samples, batches, etl, started, other, steps, skipped, tokens)
                 if error is not None:
                     raise error
                 self._owner = _get_ident()
                 self._own.move_to_this_thread()
-                return self.record_iteration(samples, batches, etl, score, started, other, steps, skipped)
+                return self.record_iteration(samples, batches, etl, score, started, other, steps, skipped, tokens)
             self._share()
             self._owner = _get_ident()  # the lock's holder takes the plain path for this one call
             try:
-                return self.record_iteration(samples, batches, etl, score, started, other, steps, skipped)
+                return self.record_iteration(samples, batches, etl, score, started, other, steps, skipped, tokens)
             finally:
                 if not self._closed:
                     self._owner = SHARED

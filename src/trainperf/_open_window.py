@@ -24,8 +24,8 @@ class OpenWindow:
         score: the latest loss given in it (read only when it is reported).
     """
 
-    __slots__ = ("start", "entries", "first_iteration", "end", "warmup", "score", "_times", "_samples",
-                 "_excluded")
+    __slots__ = ("start", "entries", "first_iteration", "end", "warmup", "score", "tokens", "tokens_counted",
+                 "_times", "_samples", "_excluded")
 
     def __init__(self) -> None:
         self.start = 0.0
@@ -34,6 +34,8 @@ class OpenWindow:
         self.end = 0
         self.warmup = True
         self.score: Any = None
+        self.tokens = 0  # the real tokens of the iterations that counted theirs
+        self.tokens_counted = 0  # how many iterations did
         self._times: dict[str, float] = {}
         self._samples: dict[str, list[float]] = {}  # per-iteration values of add_sample
         self._excluded: dict[int, float] = {}  # iteration index -> host seconds left out before it
@@ -43,6 +45,7 @@ class OpenWindow:
         self.start = now
         self.entries = []
         self.score = None
+        self.tokens = self.tokens_counted = 0
         self.end = count + frequency
         self.first_iteration = count + 1
         self.warmup = first
@@ -51,6 +54,10 @@ class OpenWindow:
     def last_end(self) -> float:
         """When the last iteration recorded in it ended (its start while there is none)."""
         return self.entries[-1][0] if self.entries else self.start
+
+    def window_tokens(self, iterations: int) -> int | None:
+        """The window's real tokens when each of its ``iterations`` counted them, else ``None``."""
+        return self.tokens if iterations and self.tokens_counted == iterations else None
 
     def add_time(self, name: str, seconds: float) -> None:
         times = self._times

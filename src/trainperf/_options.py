@@ -4,15 +4,19 @@ it got. The adapters take the same options (their signatures derive from the lis
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from ._check import check_bool, check_int
+from ._check import check_bool, check_callable, check_int
 from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds
 from .sinks._base import Sink, describe
 from .sinks._logging import LoggingSink
 
 __all__: list[str] = []
+
+#: How many real tokens a batch holds (``None``: cannot tell), for adapters that see the batches.
+TokenCounter = Callable[[Any], "int | None"]
 
 
 def _check_share(name: str, value: object) -> float:
@@ -45,6 +49,7 @@ class ListenerOptions:
     cluster_every: int = 10
     cluster_timeout_s: float = 30.0
     report_hardware: bool = True
+    tokens: TokenCounter | None = None
     #: The three shares as the verdict's lines (derived from them).
     thresholds: Thresholds = field(init=False, repr=False, compare=False)
 
@@ -65,6 +70,8 @@ class ListenerOptions:
         check_bool("sink_thread", self.sink_thread)
         check_bool("report_hardware", self.report_hardware)
         check_int("cluster_every", self.cluster_every, minimum=1)
+        if self.tokens is not None:
+            check_callable("tokens", self.tokens)
         timeout = self.cluster_timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
             raise ValueError(f"cluster_timeout_s must be seconds in (0, 3600], got {timeout!r}")

@@ -56,16 +56,17 @@ def env_rank() -> int | None:
 
 
 def bad_iteration(
-    samples: object, batches: object, etl: object, started: object, other: object, steps: object, skipped: object
+    samples: object, batches: object, etl: object, started: object, other: object, steps: object, skipped: object,
+    tokens: object = None,
 ) -> Exception | None:
     """The error for :meth:`PerformanceListener.record_iteration` arguments of the wrong type or
     value, naming the first bad one and the value it got; ``None`` when all are good."""
-    counts = {"samples": samples, "batches": batches, "steps": steps, "skipped": skipped}
+    counts = {"samples": samples, "batches": batches, "steps": steps, "skipped": skipped, "tokens": tokens}
     for name, value in counts.items():
-        if value is None and name == "samples":
+        if value is None and name in ("samples", "tokens"):
             continue
         if not is_int(value):
-            kind = "a non-negative int or None" if name == "samples" else "a non-negative int"
+            kind = "a non-negative int or None" if name in ("samples", "tokens") else "a non-negative int"
             return TypeError(f"{name} must be {kind}, got {value!r}")
         if value < 0:  # type: ignore[operator]
             return ValueError(f"{name} must not be negative, got {value!r}")
@@ -88,7 +89,8 @@ def bad_iteration(
 
 
 def iteration_error(
-    samples: object, batches: object, etl: object, started: object, other: object, steps: object, skipped: object
+    samples: object, batches: object, etl: object, started: object, other: object, steps: object, skipped: object,
+    tokens: object = None,
 ) -> Exception:
-    error = bad_iteration(samples, batches, etl, started, other, steps, skipped)
+    error = bad_iteration(samples, batches, etl, started, other, steps, skipped, tokens)
     return error or ValueError(f"record_iteration cannot record etl={etl!r} with other={other!r}")

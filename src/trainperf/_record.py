@@ -75,6 +75,7 @@ class PerformanceRecord:
     iteration_max_ms: float | None = field(default=None, metadata=_METRIC)
     samples_per_sec: float | None = field(default=None, metadata=_METRIC)
     batches_per_sec: float | None = field(default=None, metadata=_METRIC)
+    tokens_per_sec: float | None = field(default=None, metadata=_METRIC)
     score: float | None = field(default=None, metadata=_METRIC)
     gc: tuple[GCStat, ...] = ()
     host: str = field(default="", metadata=_IDENTITY)
@@ -84,6 +85,7 @@ class PerformanceRecord:
     epoch: int | None = field(default=None, metadata=_IDENTITY)
     samples: int | None = None
     batches: int = 0
+    tokens: int | None = None
     etl_total_ms: float | None = None
     gc_total_ms: float | None = field(default=None, metadata=_METRIC)
     compute_ms: float | None = field(default=None, metadata=_METRIC)
