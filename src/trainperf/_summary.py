@@ -50,6 +50,13 @@ class RunSummary:
     gc_free_s: float = 0.0
     device_wall_s: float | None = None
     device_idle_s: float = 0.0
+    tokens: int = 0
+    tokens_wall_s: float = 0.0
+
+    @property
+    def tokens_per_sec(self) -> float | None:
+        """Real tokens per second over the windows that counted their tokens (``None``: none did)."""
+        return self.tokens / self.tokens_wall_s if self.tokens_wall_s > 0 else None
 
     @property
     def speedup_if_data_free(self) -> float | None:
@@ -116,6 +123,8 @@ class RunSummary:
             "total_iterations": self.total_iterations,
             "samples": self.samples,
             "samples_per_sec": self.samples_per_sec,
+            "tokens": self.tokens,
+            "tokens_per_sec": self.tokens_per_sec,
             "verdict_counts": dict(self.verdict_counts),
             "bottlenecks": [
                 {"kind": b.kind, "share": b.share, "windows": b.windows, "fixes": list(b.fixes)}
@@ -134,6 +143,8 @@ class RunSummary:
         if self.iterations == 0:
             return "trainperf summary: no iterations after the warm-up window were reported"
         rate = self.samples_per_sec
+        rates = ", ".join(([f"{rate:.1f} samples/sec"] if rate else [])
+                          + ([f"{self.tokens_per_sec:.1f} tokens/sec"] if self.tokens_per_sec else []))
         left_out = self.total_iterations - self.iterations
         counted = (
             f"{self.iterations} of {self.total_iterations} iterations, warm-up left out"
@@ -141,7 +152,7 @@ class RunSummary:
             else f"{self.iterations} iterations"
         )
         lines = [
-            f"trainperf summary: {counted}, in {self.wall_s:.2f} s" + (f" ({rate:.1f} samples/sec)" if rate else ""),
+            f"trainperf summary: {counted}, in {self.wall_s:.2f} s" + (f" ({rates})" if rates else ""),
             f"  data wait {self.etl_s:8.3f} s  {self.etl_pct:5.1f}%",
             f"  compute   {self.compute_s:8.3f} s  {self.compute_pct:5.1f}%",
         ]
@@ -183,6 +194,8 @@ def build_summary(
     gc_free_s: float | None = None,
     device_wall_s: float | None = None,
     device_idle_s: float = 0.0,
+    tokens: int = 0,
+    tokens_wall_s: float = 0.0,
 ) -> RunSummary:
     """Assemble a :class:`RunSummary`.
 
@@ -234,4 +247,6 @@ def build_summary(
         gc_free_s=gc_free,
         device_wall_s=device_wall_s,
         device_idle_s=device_idle_s,
+        tokens=tokens,
+        tokens_wall_s=tokens_wall_s,
     )

@@ -20,7 +20,7 @@ class RunTotals:
     """
 
     __slots__ = ("wall_s", "etl_s", "gc_s", "other_s", "data_free_s", "gc_free_s", "device_wall_s",
-                 "device_idle_s", "samples", "iterations", "verdict_counts")
+                 "device_idle_s", "samples", "iterations", "verdict_counts", "tokens", "tokens_wall_s")
 
     def __init__(self) -> None:
         self.wall_s = 0.0
@@ -34,6 +34,8 @@ class RunTotals:
         self.samples = 0
         self.iterations = 0
         self.verdict_counts: dict[str, int] = {}
+        self.tokens = 0  # over the windows that counted their tokens,
+        self.tokens_wall_s = 0.0  # and their wall time
 
     def add(
         self,
@@ -61,6 +63,9 @@ class RunTotals:
         self.gc_s += gc_s
         self.samples += record.samples or 0
         self.iterations += record.window_iterations
+        if record.tokens is not None:
+            self.tokens += record.tokens
+            self.tokens_wall_s += record.window_s
         if record.verdict is not None:
             kind = record.verdict.kind
             self.verdict_counts[kind] = self.verdict_counts.get(kind, 0) + 1
@@ -87,4 +92,6 @@ class RunTotals:
             gc_free_s=self.gc_free_s,
             device_wall_s=self.device_wall_s,
             device_idle_s=self.device_idle_s,
+            tokens=self.tokens,
+            tokens_wall_s=self.tokens_wall_s,
         )
