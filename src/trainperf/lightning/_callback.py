@@ -20,6 +20,7 @@ the next: the loop's own hooks, ``on_train_epoch_end`` and anything else done at
 
 from __future__ import annotations
 
+import collections
 import inspect
 import threading
 import weakref
@@ -41,6 +42,7 @@ from ..torch.shared import (
     loader_advisor,
     on_cuda_of,
     time_collectives,
+    token_counter,
     use_model_device,
     worker_pids,
 )
@@ -172,6 +174,12 @@ class PerformanceCallback(_CallbackBase):
         self._open = False
         self._started = 0.0
         self._samples: int | None = 0
+        self._tokens: int | None = 0
+        # the real tokens of each batch fetched and not yet trained on, oldest first: Lightning fetches
+        # a batch ahead, and the batch its hooks see is on the device already (its mask unreadable
+        # without waiting for the device)
+        self._fetched_tokens: collections.deque[int | None] = collections.deque()
+        self._count_tokens = token_counter(self.listener)
         self._micro = 0
         self._last_step = 0
         self._per_batch = False
@@ -249,14 +257,18 @@ class PerformanceCallback(_CallbackBase):
     # -- hot path -------------------------------------------------------------------------
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         n = self._samples_of(batch)
+        fetched = self._fetched_tokens
+        tokens = fetched.popleft() if fetched else None
         if self._open:  # a later micro-batch: its fetch is this iteration's data wait
             self._micro += 1
             self._samples = None if n is None or self._samples is None else self._samples + n
+            self._tokens = None if tokens is None or self._tokens is None else self._tokens + tokens
             self._etl += self._gap_etl
             self._gap_etl = 0.0
             return
         self._open = True
         self._samples = n
+        self._tokens = tokens
         self._micro = 1
         self._started = now = self._clock()
         self._etl = etl = self._gap_etl
@@ -280,11 +292,14 @@ class PerformanceCallback(_CallbackBase):
             score = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if self._collective is not None:
             self._collective.on_step(self._clock())
-        self.listener.record_iteration(self._samples, self._micro, self._etl, score, None, self._other, steps)
+        self.listener.record_iteration(self._samples, self._micro, self._etl, score, None, self._other, steps, 0,
+                                       self._tokens)
         self._boundary = self._clock()  # trainperf's own time since is not on this clock
 
     # -- the loader hooks (DataLoader.iter() and fetches outside the fetcher's timed next()) --
     def on_fetch(self, started: float, ended: float, batch: Any) -> None:
+        if batch is not None:
+            self._fetched_tokens.append(self._count_tokens(batch))
         if self._fetch_started is None:  # else the fetcher's own span times it
             if self._first_fetch is None:
                 self._first_fetch = started

@@ -43,7 +43,7 @@ from ._batch import batch_size
 from ._collective import CollectiveTimer
 from ._gap import GapSplitter
 from ._tap import attachments_of, tap_of, untap
-from .shared import join_cluster, process_rank, time_collectives, use_model_device
+from .shared import join_cluster, process_rank, time_collectives, token_counter, use_model_device
 
 __all__ = ["Attachment", "attach", "detach"]
 
@@ -80,6 +80,7 @@ class Attachment:
         self._uc = listener.clock_parts()
         self._gc_pauses = listener.gc_pauses  # a fetch's own collections are GC, not data wait
         self._record = listener._record_at  # the clock's own differences: nothing to check again
+        self._count_tokens = token_counter(listener)  # a batch's real tokens, read as the loader gives it
         self._started = False
         self._taps_work = False  # a compiled model's forward is not seen: steps alone make iterations
         self.thread = threading.get_ident()  # loader timing counts fetches on this thread only
@@ -121,6 +122,7 @@ class Attachment:
         self._late_end = -float("inf")  # where the last of them ended (any clock: readings may be negative)
         self._fetched = 0
         self._loader_samples: int | None = 0
+        self._loader_tokens: int | None = 0
         self._samples: int | None = 0
         self._micro = 0
         self._first_input: Tensor | None = None  # held until the step, to spot a repeated forward on it
@@ -204,6 +206,8 @@ class Attachment:
         if n is None:
             n = batch_size(batch)
         self._loader_samples = None if n is None or self._loader_samples is None else self._loader_samples + n
+        tokens = self._count_tokens(batch)
+        self._loader_tokens = None if tokens is None or self._loader_tokens is None else self._loader_tokens + tokens
 
     def on_loader(self, loader: Any, iterator: Any) -> None:
         """The training loop started iterating ``loader`` (a DataLoader): its settings back the
@@ -257,8 +261,9 @@ class Attachment:
             other = activity - self._boundary - self._idle_etl - busy if activity is not None else 0.0
             if other < 0.0:
                 other = 0.0
-            samples, batches = self._loader_samples, fetched
+            samples, batches, tokens = self._loader_samples, fetched, self._loader_tokens
             self._etl, self._idle_etl, self._fetched, self._loader_samples = 0.0, 0.0, 0, 0
+            self._loader_tokens = 0
         else:  # no loader seen: the gap before the first forward is the data wait
             etl, other = self._etl, 0.0  # an epoch's start (iter(loader)) may have been timed
             started = self._first_forward if self._first_forward is not None else activity
@@ -270,6 +275,7 @@ class Attachment:
                 etl = min(gap, etl + data)
                 other, started = gap - etl, None
             samples, batches = (self._samples, self._micro) if self._micro else (None, 1)
+            tokens = None
             self._etl = self._idle_etl = 0.0
         self._peer_busy = self._late_busy = 0.0
         steps = self._steps
@@ -286,7 +292,7 @@ class Attachment:
         if peers:  # other listened models' loops: this step is their loop's training work too
             self._tell_peers(began if began is not None else now)
         self._gap_data = None
-        self._record(now, samples, batches, etl, started, other, steps, skipped)
+        self._record(now, samples, batches, etl, started, other, steps, skipped, tokens)
         if self._gap is not None and not fetched:  # no loader: time the iterable until the next forward
             self._gap.open()
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["batch_size", "map_tensors"]
+__all__ = ["batch_size", "batch_tokens", "map_tensors"]
 
 
 def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
@@ -29,6 +29,27 @@ def _map(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     if isinstance(obj, Mapping):
         return {key: _map(value, fn) for key, value in obj.items()}
     return obj
+
+
+def batch_tokens(batch: Any) -> int | None:
+    """The real tokens of a batch of token ids, read on the host without waiting for a device.
+
+    A mapping (a tokenizer's ``BatchEncoding``, a collator's dict) with an ``attention_mask``: the
+    mask's sum (padding left out); without one, the size of its ``input_ids``. ``None`` for anything
+    else, and for a mask that is already on a device: summing it there and reading the sum would wait
+    for the device (count such batches with the ``tokens=`` option).
+    """
+    if not isinstance(batch, Mapping):
+        return None
+    mask = batch.get("attention_mask")
+    if isinstance(mask, torch.Tensor):
+        if mask.device.type != "cpu":
+            return None
+        return int(mask.count_nonzero())
+    ids = batch.get("input_ids")
+    if isinstance(ids, torch.Tensor):
+        return ids.numel()
+    return None
 
 
 def batch_size(obj: Any, _depth: int = 0) -> int | None:

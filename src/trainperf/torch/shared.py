@@ -12,7 +12,7 @@ import torch.distributed as dist
 from .._listener import PerformanceListener
 from .._timeline import DeviceTimeline
 from ._advice import loader_advisor, on_cuda_of, worker_pids
-from ._batch import batch_size
+from ._batch import batch_size, batch_tokens
 from ._cluster import Cluster
 from ._collective import CollectiveTimer, find_ddp
 from ._cuda import AllocatorCounters, CudaTimeline, alloc_retries_reader, memory_probe
@@ -20,9 +20,39 @@ from ._nvml import nvml_probe
 from ._tap import tap_of, untap
 
 __all__ = [
-    "batch_size", "join_cluster", "loader_advisor", "on_cuda_of", "process_rank", "time_collectives",
+    "batch_size", "join_cluster", "token_counter", "loader_advisor", "on_cuda_of", "process_rank", "time_collectives",
     "use_model_device", "worker_pids",
 ]
+
+
+def token_counter(listener: PerformanceListener) -> Callable[[Any], int | None]:
+    """How the adapters count a batch's real tokens: the listener's ``tokens=`` function, else
+    :func:`~trainperf.torch._batch.batch_tokens`. A function that raises, or gives something other
+    than a non-negative int or ``None``, is said once and counts nothing from then on: training goes on."""
+    count = listener.options.tokens
+    if count is None:
+        return batch_tokens
+    user: Callable[[Any], int | None] = count
+    broken: list[str] = []
+
+    def counted(batch: Any) -> int | None:
+        if broken:
+            return None
+        try:
+            n = user(batch)
+        except Exception as exc:  # noqa: BLE001 - the user's function: said once, training goes on
+            broken.append(f"raised {exc!r}")
+        else:
+            if n is None or (type(n) is int and n >= 0):
+                return n
+            broken.append(f"returned {n!r}, not a non-negative int or None")
+        import warnings
+
+        warnings.warn(f"trainperf: the tokens= function {broken[0]}; tokens are not counted from now on",
+                      RuntimeWarning, stacklevel=2)
+        return None
+
+    return counted
 
 
 def use_model_device(

@@ -1,0 +1,170 @@
+"""Tokens counted by the adapters: each batch's real tokens (its attention mask's sum) read on the
+host as the loader gives it, in the window of the iteration that trained on it; a user's function
+for other batches; a function that fails is said once and training goes on."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from trainperf import MemorySink, PerformanceListener
+from trainperf.torch import attach
+from trainperf.torch._batch import batch_tokens
+
+VOCAB, LENGTH = 50, 12
+
+
+def padded_batches(n: int, batch: int = 4, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """Token batches padded to LENGTH, each row with a known number of real tokens."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        lengths = torch.randint(1, LENGTH + 1, (batch,), generator=g)
+        mask = (torch.arange(LENGTH)[None, :] < lengths[:, None]).long()
+        ids = torch.randint(1, VOCAB, (batch, LENGTH), generator=g) * mask
+        out.append({"input_ids": ids, "attention_mask": mask, "labels": ids.clone()})
+    return out
+
+
+class TinyLM(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, 8)
+        self.head = torch.nn.Linear(8, VOCAB)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = self.head(self.embed(input_ids))
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none")
+        return (loss * attention_mask.flatten()).sum() / attention_mask.sum()
+
+
+def test_batch_tokens_counts_the_mask_else_the_ids_and_nothing_it_cannot_read_on_the_host():
+    batch = padded_batches(1)[0]
+    assert batch_tokens(batch) == int(batch["attention_mask"].sum())
+    assert batch_tokens({"input_ids": batch["input_ids"]}) == 4 * LENGTH
+    assert batch_tokens({"attention_mask": batch["attention_mask"].bool()}) == int(batch["attention_mask"].sum())
+    assert batch_tokens((batch["input_ids"], batch["labels"])) is None
+    assert batch_tokens({"pixels": torch.ones(2, 3)}) is None
+    meta = {"attention_mask": torch.ones(2, 3, device="meta")}  # not on the host: never read there
+    assert batch_tokens(meta) is None
+
+
+def test_attach_counts_each_iterations_tokens_from_the_loaders_batches():
+    data = padded_batches(12)
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    memory = MemorySink()
+    listener = PerformanceListener(4, sinks=[memory], report_hardware=False)
+    attach(model, listener)
+    loader = torch.utils.data.DataLoader(data, batch_size=None)
+    for batch in loader:
+        opt.zero_grad()
+        model(**batch).backward()
+        opt.step()
+    listener.close()
+    real = [int(b["attention_mask"].sum()) for b in data]
+    assert [r.tokens for r in memory.records] == [sum(real[0:4]), sum(real[4:8]), sum(real[8:12])]
+    for r in memory.records:
+        assert r.tokens_per_sec == pytest.approx(r.tokens / r.window_s)
+    assert listener.summary().tokens == sum(real[4:])  # the warm-up window left out
+
+
+def test_a_user_tokens_function_counts_other_batches_and_one_that_fails_is_said_once():
+    data = [(torch.ones(3, 5), torch.zeros(3)) for _ in range(8)]
+    model = torch.nn.Linear(5, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def run(tokens) -> list:
+        memory = MemorySink()
+        listener = PerformanceListener(4, sinks=[memory], report_hardware=False, tokens=tokens)
+        attach(model, listener)
+        for x, y in torch.utils.data.DataLoader(data, batch_size=None):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x).squeeze(1), y).backward()
+            opt.step()
+        listener.close()
+        return [r.tokens for r in memory.records]
+
+    assert run(lambda batch: batch[0].numel()) == [60, 60]
+    calls = []
+
+    def broken(batch):
+        calls.append(1)
+        raise KeyError("input_ids")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert run(broken) == [None, None]
+    said = [str(w.message) for w in caught if "tokens= function" in str(w.message)]
+    assert said == ["trainperf: the tokens= function raised KeyError('input_ids'); tokens are not counted from now on"]
+    assert len(calls) == 1  # not called again
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert run(lambda batch: 2.5) == [None, None]
+    assert any("returned 2.5, not a non-negative int or None" in str(w.message) for w in caught)
+
+
+def test_lightning_gives_each_iteration_the_tokens_of_the_batches_it_trained_on_with_accumulation(tmp_path):
+    pl = pytest.importorskip("pytorch_lightning")
+    from trainperf.lightning import PerformanceCallback
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = TinyLM()
+
+        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+            return self.lm(**batch)
+
+        def configure_optimizers(self):  # type: ignore[no-untyped-def]
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = padded_batches(24, seed=3)
+    real = [int(b["attention_mask"].sum()) for b in data]
+
+    class Stream(torch.utils.data.IterableDataset):  # no length: Lightning fetches one batch ahead
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(data)
+
+    for accumulate, dataset in ((1, data), (2, data), (1, Stream()), (2, Stream())):
+        memory = MemorySink()
+        callback = PerformanceCallback(3, sinks=[memory], report_hardware=False)
+        trainer = pl.Trainer(max_epochs=2, callbacks=[callback], logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, enable_checkpointing=False, accelerator="cpu",
+                             accumulate_grad_batches=accumulate, default_root_dir=tmp_path)
+        trainer.fit(Module(), torch.utils.data.DataLoader(dataset, batch_size=None))
+        per_window = 3 * accumulate  # batches per window
+        expected = [sum(real[k:k + per_window]) for k in range(0, 24, per_window)] * 2  # two epochs
+        assert [r.tokens for r in memory.records] == expected, (accumulate, dataset)
+
+
+def test_lightning_counts_each_epoch_from_its_own_first_batch_when_a_limit_cuts_epochs_short(tmp_path):
+    pl = pytest.importorskip("pytorch_lightning")
+    from trainperf.lightning import PerformanceCallback
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = TinyLM()
+
+        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+            return self.lm(**batch)
+
+        def configure_optimizers(self):  # type: ignore[no-untyped-def]
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = padded_batches(24, seed=5)
+    real = [int(b["attention_mask"].sum()) for b in data]
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(data)
+
+    memory = MemorySink()
+    trainer = pl.Trainer(max_epochs=2, limit_train_batches=10, callbacks=[PerformanceCallback(5, sinks=[memory],
+                         report_hardware=False)], logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, accelerator="cpu", default_root_dir=tmp_path)
+    trainer.fit(Module(), torch.utils.data.DataLoader(Stream(), batch_size=None))
+    assert [r.tokens for r in memory.records] == [sum(real[0:5]), sum(real[5:10])] * 2
