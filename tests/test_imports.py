@@ -48,7 +48,8 @@ def _exists(module: str) -> bool:
 
 
 MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-ADAPTERS = ("trainperf.torch", "trainperf.lightning", "trainperf.data", "trainperf._doctor", "trainperf._cli")
+ADAPTERS = ("trainperf.torch", "trainperf.lightning", "trainperf.transformers", "trainperf.data", "trainperf._doctor",
+            "trainperf._cli")
 
 
 def is_under(module: str, package: str) -> bool:
@@ -93,3 +94,25 @@ def test_no_module_level_import_goes_round_in_a_circle():
         if name not in state:
             visit(name, [name])
     assert circles == []
+
+
+def test_nothing_imports_transformers_or_accelerate_unless_the_trainer_adapter_is_used():
+    import subprocess
+    import sys
+
+    # (pytorch_lightning imports transformers itself when it is installed: the Lightning adapter is not run here)
+    code = ("import sys, trainperf, trainperf.torch, trainperf.data; "
+            "print(sorted(m for m in ('transformers', 'accelerate') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    for name, path in MODULES.items():  # and no module of ours outside the adapter names either
+        if not is_under(name, "trainperf.transformers"):
+            tree = ast.parse(path.read_text())
+            named = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                     for a in node.names}
+            named |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                      if isinstance(node, ast.ImportFrom) and not node.level}
+            assert not named & {"transformers", "accelerate"}, name
+    code = "import sys, trainperf.transformers; print('transformers' in sys.modules)"
+    used = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert used.strip() == "True"

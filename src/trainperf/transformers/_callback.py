@@ -6,9 +6,9 @@ The Trainer fetches every micro-batch of a step (``get_batch_samples``) before `
 accelerate's ``DataLoaderShard`` fetches one batch ahead. The callback times the base loader's fetches
 made inside that call (the copy to the device and the count of items for the loss are the Trainer's
 own host work: ``other``), counts each fetched batch's samples and tokens in fetch order, and gives
-a step the batches it trained on: as many as ``get_batch_samples`` returned, oldest first, after any
-an epoch's resumption skipped. Evaluation, logging and saving between steps are ``other``; an
-evaluation's fetches are not data wait. The figures reach the Trainer's own logs (so TensorBoard,
+a step the batches it trained on: as many as ``get_batch_samples`` returned, oldest first (a resumed
+run's skipped batches are not fetched through it). Evaluation, logging and saving between steps are
+``other``; an evaluation's fetches are not data wait. The figures reach the Trainer's own logs (so TensorBoard,
 W&B and the rest get them at the Trainer's step): the callback moves itself ahead of the reporting
 callbacks, which would otherwise run before it.
 """
@@ -156,12 +156,8 @@ class PerformanceCallback(TrainerCallback):
         return None
 
     def _take(self, n: int) -> None:
-        """The step trained on ``n`` batches: the oldest fetched, after any that a resumed epoch skipped
-        (fetched and dropped before the first step), and before the one fetched ahead."""
+        """The step trained on ``n`` batches: the oldest fetched (one fetched ahead stays for the next)."""
         fetched = self._fetched
-        ahead = 1 if len(fetched) > n else 0
-        for _ in range(max(0, len(fetched) - n - ahead)):
-            fetched.popleft()
         self._step_batches = [fetched.popleft() for _ in range(min(n, len(fetched)))]
 
     # -- the step ----------------------------------------------------------------------------

@@ -1,0 +1,155 @@
+"""The Hugging Face Trainer callback on a tiny GPT-2 built from a config (nothing downloaded), with
+padded batches: data wait against a stopwatch in the dataset, with gradient accumulation 1 and 4;
+real tokens per step exactly those the model was given; evaluation's fetches not data wait; the
+figures in the logs a reporting callback gets; the same tokens after resuming from a checkpoint."""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+
+from trainperf import MemorySink  # noqa: E402
+from trainperf.transformers import PerformanceCallback  # noqa: E402
+
+VOCAB, LENGTH = 64, 16
+
+
+class Padded(torch.utils.data.Dataset):
+    """Sequences of 1 to LENGTH real tokens, padded; each fetch sleeps ``delay`` and the time spent
+    in fetches is kept (the stopwatch)."""
+
+    def __init__(self, n: int, delay: float = 0.0) -> None:
+        self.n, self.delay, self.spent = n, delay, 0.0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        began = time.perf_counter()
+        if self.delay:
+            time.sleep(self.delay)
+        k = 1 + (i * 7) % LENGTH
+        ids = torch.randint(1, VOCAB, (LENGTH,), generator=torch.Generator().manual_seed(i))
+        mask = (torch.arange(LENGTH) < k).long()
+        item = {"input_ids": ids * mask, "attention_mask": mask, "labels": torch.where(mask.bool(), ids, -100)}
+        self.spent += time.perf_counter() - began
+        return item
+
+
+def tiny_model() -> GPT2LMHeadModel:
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=LENGTH, n_embd=16, n_layer=1, n_head=2))
+
+
+def seen_tokens(model: torch.nn.Module) -> list[int]:
+    """The real tokens of every micro-batch the model trains on, in order (a forward hook)."""
+    seen: list[int] = []
+
+    def hook(module, args, kwargs):  # type: ignore[no-untyped-def]
+        mask = kwargs.get("attention_mask")
+        if torch.is_grad_enabled() and mask is not None:
+            seen.append(int(mask.sum()))
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+    return seen
+
+
+def arguments(tmp_path, **kw) -> TrainingArguments:
+    base = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=8, logging_steps=4,
+                report_to=[], save_strategy="no", use_cpu=True, dataloader_num_workers=0, disable_tqdm=True,
+                seed=7)
+    return TrainingArguments(**{**base, **kw})
+
+
+def train(tmp_path, dataset, frequency=4, callbacks=(), resume=None, eval_dataset=None, **kw):
+    model = tiny_model()
+    seen = seen_tokens(model)
+    memory = MemorySink()
+    callback = PerformanceCallback(frequency, sinks=[memory], report_hardware=False)
+    trainer = Trainer(model=model, args=arguments(tmp_path, **kw), train_dataset=dataset,
+                      eval_dataset=eval_dataset, callbacks=[*callbacks, callback])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train(resume_from_checkpoint=resume)
+    return memory.records, seen, trainer
+
+
+@pytest.mark.parametrize("accumulation", [1, 4])
+def test_data_wait_matches_the_stopwatch_and_tokens_are_those_the_model_trained_on(tmp_path, accumulation):
+    dataset = Padded(400, delay=0.004)
+    records, seen, _ = train(tmp_path, dataset, gradient_accumulation_steps=accumulation)
+    assert [r.window_iterations for r in records] == [4, 4]
+    assert all(r.batches == 4 * accumulation for r in records)
+    assert all(r.samples == 16 * accumulation for r in records)
+    etl_s = sum(r.etl_total_ms for r in records) / 1000.0
+    assert etl_s == pytest.approx(dataset.spent, rel=0.10)  # every fetch was a training fetch
+    per_window = 4 * accumulation
+    assert [r.tokens for r in records] == [sum(seen[k:k + per_window]) for k in (0, per_window)]
+    for r in records:
+        assert r.tokens_per_sec == pytest.approx(r.tokens / r.window_s)
+        assert r.etl_source == "loader"
+
+
+def test_the_figures_reach_a_reporting_callback_that_runs_before_ours_in_the_list(tmp_path):
+    logged: list[dict] = []
+
+    class Reporter(TrainerCallback):  # stands for the TensorBoard or W&B integration
+        def on_log(self, args, state, control, logs=None, **kwargs):  # type: ignore[no-untyped-def]
+            logged.append(dict(logs or {}))
+
+    records, _, trainer = train(tmp_path, Padded(200), callbacks=[Reporter()])
+    assert isinstance(trainer.callback_handler.callbacks[0], PerformanceCallback)
+    with_figures = [log for log in logged if "trainperf/iteration_ms" in log]
+    assert [log["trainperf/tokens_per_sec"] for log in with_figures] == [r.tokens_per_sec for r in records]
+    assert "loss" in with_figures[0]  # in the Trainer's own log, at its step
+
+
+def test_evaluation_between_steps_is_other_time_and_its_fetches_are_not_data_wait(tmp_path):
+    train_set, eval_set = Padded(200), Padded(40, delay=0.005)
+    records, _, _ = train(tmp_path, train_set, eval_dataset=eval_set, eval_strategy="steps", eval_steps=2,
+                          per_device_eval_batch_size=4)
+    assert eval_set.spent > 0.15
+    etl_s = sum(r.etl_total_ms for r in records) / 1000.0
+    other_s = sum(r.other_ms * r.window_iterations for r in records) / 1000.0
+    assert etl_s < 0.05  # the training set sleeps not at all
+    assert other_s >= eval_set.spent * 0.9  # the evaluations (four of them, the last after the last step aside)
+
+
+def test_tokens_per_step_are_the_same_after_resuming_from_a_checkpoint(tmp_path):
+    dataset = Padded(200)
+    full, _, _ = train(tmp_path / "full", dataset, save_strategy="steps", save_steps=4)
+    resumed, _, _ = train(tmp_path / "full", dataset, resume=str(tmp_path / "full" / "checkpoint-4"))
+    assert len(full) == 2 and len(resumed) == 1
+    assert resumed[0].tokens == full[1].tokens and resumed[0].samples == full[1].samples == 16
+
+
+def test_unknown_options_are_named():
+    with pytest.raises(TypeError, match="unknown options \\['report_everything'\\]"):
+        PerformanceCallback(10, report_everything=True)
+    with pytest.raises(TypeError, match="log_to_trainer"):
+        PerformanceCallback(10, log_to_trainer="yes")
+
+
+class Streamed(torch.utils.data.IterableDataset):
+    """The same sequences as a stream (no length): a resumed run fetches and drops the ones it trained on."""
+
+    def __init__(self, n: int) -> None:
+        self.items = Padded(n)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return (self.items[i] for i in range(len(self.items)))
+
+
+def test_a_resumed_stream_gives_each_step_the_batches_it_trained_on_not_the_ones_skipped(tmp_path):
+    full, full_seen, _ = train(tmp_path / "s", Streamed(200), save_strategy="steps", save_steps=4)
+    resumed, seen, _ = train(tmp_path / "s", Streamed(200), resume=str(tmp_path / "s" / "checkpoint-4"))
+    assert seen == full_seen[4:8]  # it trained on the batches after the skipped ones
+    assert [r.tokens for r in resumed] == [sum(seen)] == [full[1].tokens]
