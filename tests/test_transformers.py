@@ -153,3 +153,59 @@ def test_a_resumed_stream_gives_each_step_the_batches_it_trained_on_not_the_ones
     resumed, seen, _ = train(tmp_path / "s", Streamed(200), resume=str(tmp_path / "s" / "checkpoint-4"))
     assert seen == full_seen[4:8]  # it trained on the batches after the skipped ones
     assert [r.tokens for r in resumed] == [sum(seen)] == [full[1].tokens]
+
+
+def _one_counted_step(per_device: int, accumulation: int) -> float:
+    """FlopCounterMode over one optimizer step of the same model, done by hand: the reference."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = tiny_model()
+    opt = torch.optim.AdamW(model.parameters())
+    data = Padded(per_device * accumulation)
+    with FlopCounterMode(display=False) as counter:
+        for k in range(accumulation):
+            items = [data[per_device * k + i] for i in range(per_device)]
+            batch = {key: torch.stack([item[key] for item in items]) for key in items[0]}
+            (model(**batch).loss / accumulation).backward()
+        opt.step()
+    return float(counter.get_total_flops())
+
+
+def test_flops_per_step_match_flop_counter_mode_over_the_same_step_and_do_not_move_with_accumulation(tmp_path):
+    one, _, _ = train(tmp_path / "a", Padded(400), per_device_train_batch_size=8)
+    four, _, _ = train(tmp_path / "b", Padded(400), per_device_train_batch_size=2, gradient_accumulation_steps=4)
+    reference = _one_counted_step(8, 1)
+    assert one[0].flops_per_step == pytest.approx(reference, rel=0.05)
+    assert four[0].flops_per_step == pytest.approx(one[0].flops_per_step, rel=0.01)
+    assert _one_counted_step(2, 4) == pytest.approx(reference, rel=0.01)  # the reference agrees
+    for r in one:
+        assert r.tflops_per_sec == pytest.approx(r.flops_per_step * r.optimizer_steps / r.window_s / 1e12)
+        assert r.mfu is None and r.peak is None  # no peak for the CPU
+
+
+def test_mfu_is_flops_times_steps_over_the_window_time_over_the_given_peak(tmp_path):
+    model = tiny_model()
+    memory = MemorySink()
+    callback = PerformanceCallback(4, sinks=[memory], report_hardware=False, peak_flops=5e9)
+    trainer = Trainer(model=model, args=arguments(tmp_path), train_dataset=Padded(200), callbacks=[callback])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    for r in memory.records:
+        assert r.mfu == pytest.approx(r.flops_per_step * r.optimizer_steps / r.window_s / 5e9)
+        assert r.peak == "5.0 GFLOP/s (given)"
+
+
+def test_given_flops_per_step_are_used_and_nothing_is_counted(tmp_path, monkeypatch):
+    import torch.utils.flop_counter as flop_counter
+
+    monkeypatch.setattr(flop_counter, "FlopCounterMode", lambda *a, **k: pytest.fail("counted"))
+    model = tiny_model()
+    memory = MemorySink()
+    callback = PerformanceCallback(4, sinks=[memory], report_hardware=False, flops_per_step=3e9, peak_flops=1e11)
+    trainer = Trainer(model=model, args=arguments(tmp_path), train_dataset=Padded(200), callbacks=[callback])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    assert all(r.flops_per_step == 3e9 for r in memory.records)
+    assert all(r.mfu == pytest.approx(3e9 * 4 / r.window_s / 1e11) for r in memory.records)

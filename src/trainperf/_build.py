@@ -80,6 +80,12 @@ def build_window_record(
             previous=previous,
         ) if options.verdict else None
     mean_s = sum(durations) / n
+    flops = host.flops
+    tflops = mfu = None
+    if flops is not None and flops.per_step is not None and window_s > 0.0:
+        rate = flops.per_step * figures.steps / window_s
+        tflops = rate / 1e12
+        mfu = rate / flops.peak.flops if flops.peak is not None else None
     # By position, in the schema's order (each value is named after it; a test holds the names to the
     # schema): the report's cost on the training thread is mostly this call.
     ms = 1000.0
@@ -99,6 +105,8 @@ def build_window_record(
         figures.samples_per_sec if options.report_sample else None,  # samples_per_sec
         figures.batches_per_sec if options.report_batch else None,  # batches_per_sec
         safe_rate(host.tokens, window_s) if host.tokens is not None else None,  # tokens_per_sec
+        tflops,  # tflops_per_sec
+        mfu,  # mfu
         read_score(host.score) if options.report_score else None,  # score
         host.gc,  # gc
         host_name,  # host
@@ -109,6 +117,8 @@ def build_window_record(
         figures.samples,  # samples
         figures.batches,  # batches
         host.tokens,  # tokens
+        flops.per_step if flops is not None else None,  # flops_per_step
+        flops.peak.describe() if flops is not None and flops.peak is not None else None,  # peak
         ms * etl_s,  # etl_total_ms
         ms * gc_s if options.report_gc else None,  # gc_total_ms
         ms * figures.compute_s / n,  # compute_ms

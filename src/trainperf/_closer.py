@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ._deferred import HostWindow, PendingWindows
+from ._deferred import HostWindow, PendingWindows, StepFlops
 from ._emit import Emitter
 from ._notices import Notices
 from ._open_window import OpenWindow
@@ -39,10 +39,11 @@ class WindowCloser:
 
     Attributes:
         pending: the device clock and the closed windows waiting for it.
+        flops: the model's FLOPs per optimizer step and the device's peak, for MFU (``None``: unknown).
     """
 
     __slots__ = ("own", "readings", "publisher", "notices", "emitter", "run_dir", "wall_clock", "verdict",
-                 "pending")
+                 "pending", "flops")
 
     def __init__(self, own: OwnTime, readings: HostReadings, publisher: Publisher, notices: Notices,
                  emitter: Emitter, run_dir: RunDirLink | None, wall_clock: Callable[[], float], *,
@@ -50,6 +51,7 @@ class WindowCloser:
         self.own, self.readings, self.publisher, self.notices = own, readings, publisher, notices
         self.emitter, self.run_dir, self.wall_clock, self.verdict = emitter, run_dir, wall_clock, verdict
         self.pending = PendingWindows()
+        self.flops: StepFlops | None = None  # the FLOPs per step and the peak, once known
 
     def use(self, timeline: DeviceTimeline | None) -> None:
         """Measure with ``timeline`` from now on; the windows that waited for the previous one are
@@ -95,6 +97,7 @@ class WindowCloser:
             hardware=readings.read_hardware(notices.once),
             excluded=window.take_excluded(count, figures.iterations),
             tokens=window.window_tokens(figures.iterations),
+            flops=self.flops,
         )
         pending = self.pending
         record = self._publish(host, None) if pending.timeline is None else self._publish_all(pending.add(host))

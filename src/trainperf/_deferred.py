@@ -13,11 +13,21 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._peaks import Peak
 from ._record import GCStat
 from ._timeline import DeviceTimeline, DeviceWindow, device_window
 from ._window import WindowFigures
 
 __all__: list[str] = []
+
+
+@dataclass(frozen=True, slots=True)
+class StepFlops:
+    """The model's FLOPs per optimizer step (counted or given) and the peak its MFU is taken against."""
+
+    per_step: float | None
+    peak: Peak | None
+    counted: bool = False  # by FlopCounterMode over a real step, rather than given
 
 
 @dataclass(slots=True)
@@ -37,6 +47,7 @@ class HostWindow:
         excluded: per iteration of the window, host seconds left out before it.
         times: the named parts the adapters timed (``add_time``), mean milliseconds per iteration.
         tokens: the window's real tokens, when every iteration counted them.
+        flops: the model's FLOPs per optimizer step and the device's peak, when known.
     """
 
     first_iteration: int
@@ -54,6 +65,7 @@ class HostWindow:
     etl_source: str
     hardware: dict[str, float | None] = field(default_factory=dict)
     tokens: int | None = None
+    flops: StepFlops | None = None
     excluded: tuple[float, ...] = ()
     times: dict[str, float] = field(default_factory=dict)
 

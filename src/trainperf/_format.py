@@ -64,6 +64,8 @@ DL4J_FIELDS = (
 #: trainperf's own fields after ``GC:``; ``warm-up`` and ``verdict: kind (reason)`` close the line.
 TRAINPERF_FIELDS = (
     LineField("tokens_per_sec", "tokens/sec: ", decimals=RATE_DECIMALS),
+    LineField("tflops_per_sec", "TFLOP/s: ", decimals=MS_DECIMALS),
+    LineField("mfu", "MFU: ", decimals=3),
     LineField("iteration_p50_ms", "iteration p50: ", " ms", decimals=MS_DECIMALS),
     LineField("iteration_p95_ms", "p95: ", " ms", decimals=MS_DECIMALS),
     LineField("iteration_max_ms", "max: ", " ms", decimals=MS_DECIMALS),

@@ -14,6 +14,7 @@ from typing import Any
 from ._check import check_callable, check_int, check_seconds, check_str
 from ._closer import WindowCloser
 from ._collections import Collector
+from ._deferred import StepFlops
 from ._emit import Emitter
 from ._handover import CLOSED, SHARED, Handover
 from ._hardware import Probe
@@ -21,6 +22,7 @@ from ._notices import Advisor, BottleneckWarning, Notices
 from ._open_window import OpenWindow
 from ._options import ListenerOptions, TokenCounter, checked_sinks
 from ._own_time import OwnTime, UserClock
+from ._peaks import Peak
 from ._process import bad_iteration, env_rank, iteration_error, user_stacklevel
 from ._publish import Publisher
 from ._readings import HostReadings
@@ -117,6 +119,10 @@ class PerformanceListener:
             batch, returning an int or ``None``); by default the attention mask's sum, else the size of
             ``input_ids``, read on the host before the batch moves to a device. Records then carry
             ``tokens`` and ``tokens_per_sec``. A loop of your own passes ``record_iteration(tokens=...)``.
+        flops_per_step: the model's FLOPs per optimizer step (the adapters count them over one step
+            after the first otherwise); records then carry ``tflops_per_sec``.
+        peak_flops: the device's dense peak FLOP/s, for ``mfu`` (otherwise taken from
+            :func:`~trainperf.peak_flops` for the device and number format the adapters see).
 
     Example:
         >>> listener = PerformanceListener(10, report_gc=True)
@@ -152,11 +158,14 @@ class PerformanceListener:
         cluster_timeout_s: float = 30.0,
         report_hardware: bool = True,
         tokens: TokenCounter | None = None,
+        flops_per_step: float | None = None,
+        peak_flops: float | None = None,
     ) -> None:
         options = ListenerOptions(
             frequency, report_score, report_gc, report_etl, report_iteration, report_time, report_sample,
             report_batch, strict, sink_thread, history, verdict, input_bound_share, gc_bound_share,
             loop_bound_share, rank, run_dir, cluster_every, cluster_timeout_s, report_hardware, tokens,
+            flops_per_step, peak_flops,
         )
         self.options = options
         self.frequency = options.frequency
@@ -211,6 +220,7 @@ class PerformanceListener:
             self._emitter.sinks.append(self._run_dir.sink)
         self._closer = WindowCloser(self._own, self._readings, self._publisher, self._notices, self._emitter,
                                     self._run_dir, wall_clock, verdict=self.verdict)
+        self.set_flops()
         self._reset_window(started, first=True)
 
     # ------------------------------------------------------------------ set-up
@@ -264,6 +274,21 @@ class PerformanceListener:
         see the loader call it). Only those count as ``workers_cpu_pct``; other child processes (a
         ``subprocess``, Spark's JVM) do not. Without it no child process counts as a worker."""
         self._readings.set_loader_workers(pids)
+
+    def set_flops(self, per_step: float | None = None, peak: Peak | None = None, *,
+                  device_name: str | None = None, number_format: str | None = None) -> None:
+        """The model's FLOPs per optimizer step as an adapter counted them, and the device's peak
+        from the table (adapters call it); ``flops_per_step=`` and ``peak_flops=`` given to the
+        listener win. Later records carry ``tflops_per_sec`` and, with a peak, ``mfu``. A device
+        (``device_name``, ``number_format``) the table has no peak for is said once."""
+        given, given_peak = self.options.flops_per_step, self.options.peak_flops
+        if given_peak is not None:
+            peak = Peak(given_peak, "", "", "given")
+        elif peak is None and device_name is not None:
+            self._notices.once(f"no dense peak is known for {device_name!r} in {number_format}: MFU is left "
+                               "out (pass peak_flops= to give one)")
+        flops = given if given is not None else per_step
+        self._closer.flops = None if flops is None and peak is None else StepFlops(flops, peak, given is None)
 
     def add_advisor(self, advisor: Advisor) -> None:
         """Register a function that, given a bad verdict's kind, names fixes it can see (adapters use this)."""

@@ -50,6 +50,8 @@ class ListenerOptions:
     cluster_timeout_s: float = 30.0
     report_hardware: bool = True
     tokens: TokenCounter | None = None
+    flops_per_step: float | None = None
+    peak_flops: float | None = None
     #: The three shares as the verdict's lines (derived from them).
     thresholds: Thresholds = field(init=False, repr=False, compare=False)
 
@@ -72,6 +74,12 @@ class ListenerOptions:
         check_int("cluster_every", self.cluster_every, minimum=1)
         if self.tokens is not None:
             check_callable("tokens", self.tokens)
+        for name in ("flops_per_step", "peak_flops"):
+            value = getattr(self, name)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                    raise ValueError(f"{name} must be a positive, finite number of FLOPs (or None), got {value!r}")
+                object.__setattr__(self, name, float(value))
         timeout = self.cluster_timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
             raise ValueError(f"cluster_timeout_s must be seconds in (0, 3600], got {timeout!r}")

@@ -116,7 +116,10 @@ class Peak:
     source: str
 
     def describe(self) -> str:
-        """``H100 SXM bf16 dense, 989.4 TFLOP/s (table)``."""
+        """``H100 SXM bf16 dense, 989.4 TFLOP/s (table)``; a given peak: ``312.0 TFLOP/s (given)``."""
+        if self.source == "given":
+            return (f"{self.flops / _T:.1f} TFLOP/s (given)" if self.flops >= _T
+                    else f"{self.flops / 1e9:.1f} GFLOP/s (given)")
         return f"{self.device} {self.format} dense, {self.flops / _T:.1f} TFLOP/s ({self.source})"
 
 

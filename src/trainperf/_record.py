@@ -76,6 +76,8 @@ class PerformanceRecord:
     samples_per_sec: float | None = field(default=None, metadata=_METRIC)
     batches_per_sec: float | None = field(default=None, metadata=_METRIC)
     tokens_per_sec: float | None = field(default=None, metadata=_METRIC)
+    tflops_per_sec: float | None = field(default=None, metadata=_METRIC)
+    mfu: float | None = field(default=None, metadata=_METRIC)
     score: float | None = field(default=None, metadata=_METRIC)
     gc: tuple[GCStat, ...] = ()
     host: str = field(default="", metadata=_IDENTITY)
@@ -86,6 +88,8 @@ class PerformanceRecord:
     samples: int | None = None
     batches: int = 0
     tokens: int | None = None
+    flops_per_step: float | None = None
+    peak: str | None = None
     etl_total_ms: float | None = None
     gc_total_ms: float | None = field(default=None, metadata=_METRIC)
     compute_ms: float | None = field(default=None, metadata=_METRIC)

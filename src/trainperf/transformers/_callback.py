@@ -29,6 +29,7 @@ from .._listener import PerformanceListener
 from .._record import PerformanceRecord
 from ..sinks._metrics import scalar_metrics
 from ..torch import _loop_hooks as loop_hooks
+from ..torch._flops import StepFlopCounter, device_format
 from ..torch.shared import batch_size, join_cluster, token_counter, use_model_device
 
 __all__ = ["PerformanceCallback"]
@@ -81,6 +82,7 @@ class PerformanceCallback(TrainerCallback):
         self._started = 0.0
         self._other = 0.0
         self._observing = False
+        self._flops: StepFlopCounter | None = None
 
     # -- set-up ----------------------------------------------------------------------------
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -128,6 +130,7 @@ class PerformanceCallback(TrainerCallback):
         device = _device_of(model)
         if device is not None:
             use_model_device(listener, device)
+        self._flops = StepFlopCounter(listener, device, _number_format(args, model, device))
         if getattr(args, "world_size", 1) > 1:
             listener.set_rank(getattr(args, "process_index", None))
             join_cluster(listener)  # a no-op without an initialised process group
@@ -168,6 +171,8 @@ class PerformanceCallback(TrainerCallback):
         if timeline is not None:
             timeline.begin()
         self._other = max(0.0, now - self._boundary - self._etl)
+        if self._flops is not None:
+            self._flops.begin()
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._micro += 1
@@ -185,6 +190,8 @@ class PerformanceCallback(TrainerCallback):
         if len(batches) != self._micro:
             samples = tokens = None
         self._step_batches = None
+        if self._flops is not None:
+            self._flops.end()
         etl, self._etl = self._etl, 0.0
         self.listener.record_iteration(samples, self._micro, etl, None, None, self._other, 1, 0, tokens)
         self._boundary = self.clock()  # trainperf's own time since is not on this clock
@@ -202,6 +209,8 @@ class PerformanceCallback(TrainerCallback):
         self._stop()
 
     def _stop(self) -> None:
+        if self._flops is not None:
+            self._flops.abandon()
         if self._observing:
             loop_hooks.unregister(self)
             self._observing = False
@@ -210,6 +219,21 @@ class PerformanceCallback(TrainerCallback):
     def close(self) -> None:
         """Close the listener and remove the loader hooks (a training that ended closes them already)."""
         self._stop()
+
+
+def _number_format(args: Any, model: Any, device: Any) -> str | None:
+    """What the step computes in: the Trainer's mixed precision, else the parameters' dtype."""
+    if device is None:
+        return None
+    if getattr(args, "bf16", False):
+        return "bf16"
+    if getattr(args, "fp16", False):
+        return "fp16"
+    try:
+        dtype = next(model.parameters()).dtype
+    except (AttributeError, StopIteration, TypeError):
+        return None
+    return device_format(dtype, device)
 
 
 def _device_of(model: Any) -> Any:

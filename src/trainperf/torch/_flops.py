@@ -1,0 +1,79 @@
+"""The model's FLOPs per optimizer step, counted by ``torch.utils.flop_counter.FlopCounterMode`` over one
+real step, and the device's dense peak for MFU.
+
+The count covers what runs between the step's start and its end (every micro-batch's forward and
+backward, and the optimizer); it reads shapes only, so it adds no device synchronisation. The counted
+step runs slower under the counter: it is the second optimizer step (the first pays for lazy set-up),
+which lies in the warm-up window whenever the listener reports every two steps or more. Activation
+checkpointing's re-run forward is counted as it runs (hardware FLOPs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .._listener import PerformanceListener
+from .._peaks import find_peak, number_format
+
+__all__ = ["StepFlopCounter", "device_format"]
+
+#: The optimizer step whose FLOPs are counted (1-based).
+COUNTED_STEP = 2
+
+
+def device_format(dtype: Any, device: torch.device) -> str | None:
+    """The number format a step computes in: ``dtype`` (an autocast or parameter dtype), with float32
+    matrix products on CUDA in TF32 when torch allows it."""
+    fmt = number_format(dtype)
+    if fmt == "fp32" and device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"
+    return fmt
+
+
+class StepFlopCounter:
+    """Counts one optimizer step's FLOPs and gives them to ``listener`` with ``device``'s peak in ``fmt``.
+
+    Adapters call :meth:`begin` when a step starts and :meth:`end` when it has ended; only the
+    :data:`COUNTED_STEP`-th is counted, and none when the listener was given ``flops_per_step``.
+    """
+
+    __slots__ = ("listener", "device", "fmt", "_steps", "_mode")
+
+    def __init__(self, listener: PerformanceListener, device: torch.device | None, fmt: str | None) -> None:
+        self.listener, self.device, self.fmt = listener, device, fmt
+        self._steps = 0
+        self._mode: Any = None
+        if listener.options.flops_per_step is not None:
+            self._steps = COUNTED_STEP  # given: nothing to count
+            self._give(None)
+
+    def begin(self) -> None:
+        self._steps += 1
+        if self._steps == COUNTED_STEP:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            self._mode = FlopCounterMode(display=False)
+            self._mode.__enter__()
+
+    def end(self) -> None:
+        mode, self._mode = self._mode, None
+        if mode is None:
+            return
+        mode.__exit__(None, None, None)
+        self._give(float(mode.get_total_flops()))
+
+    def abandon(self) -> None:
+        """Leave the counter if a step is being counted (training stopped inside it)."""
+        mode, self._mode = self._mode, None
+        if mode is not None:
+            mode.__exit__(None, None, None)
+
+    def _give(self, flops: float | None) -> None:
+        device, fmt = self.device, self.fmt
+        if device is None or fmt is None:
+            self.listener.set_flops(flops)
+            return
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+        self.listener.set_flops(flops, find_peak(name, fmt), device_name=name, number_format=fmt)
