@@ -168,3 +168,39 @@ def test_lightning_counts_each_epoch_from_its_own_first_batch_when_a_limit_cuts_
                          enable_checkpointing=False, accelerator="cpu", default_root_dir=tmp_path)
     trainer.fit(Module(), torch.utils.data.DataLoader(Stream(), batch_size=None))
     assert [r.tokens for r in memory.records] == [sum(real[0:5]), sum(real[5:10])] * 2
+
+
+def test_lightning_counts_flops_per_step_as_flop_counter_mode_does_and_gives_mfu_against_a_given_peak(tmp_path):
+    pl = pytest.importorskip("pytorch_lightning")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from trainperf.lightning import PerformanceCallback
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.lm = TinyLM()
+
+        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+            return self.lm(**batch)
+
+        def configure_optimizers(self):  # type: ignore[no-untyped-def]
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = padded_batches(12, seed=9)
+    reference_model = TinyLM()
+    with FlopCounterMode(display=False) as counter:  # one step by hand: the reference
+        reference_model(**data[0]).backward()
+        torch.optim.SGD(reference_model.parameters(), lr=0.1).step()
+    for accumulate in (1, 2):
+        memory = MemorySink()
+        callback = PerformanceCallback(3, sinks=[memory], report_hardware=False, peak_flops=1e9)
+        trainer = pl.Trainer(max_epochs=1, callbacks=[callback], logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, enable_checkpointing=False, accelerator="cpu",
+                             accumulate_grad_batches=accumulate, default_root_dir=tmp_path)
+        trainer.fit(Module(), torch.utils.data.DataLoader(data, batch_size=None))
+        for r in memory.records:
+            assert r.flops_per_step == pytest.approx(accumulate * counter.get_total_flops(), rel=0.05)
+            assert r.mfu == pytest.approx(r.flops_per_step * r.optimizer_steps / r.window_s / 1e9)
+            assert r.peak == "1.0 GFLOP/s (given)"

@@ -36,6 +36,7 @@ from .._timeline import DeviceTimeline
 from ..sinks import LoggerSink, Sink
 from ..sinks._base import FanOut, describe, on_training_thread
 from ..torch import _loop_hooks as loop_hooks
+from ..torch._flops import StepFlopCounter, device_format
 from ..torch.shared import (
     batch_size,
     join_cluster,
@@ -180,6 +181,7 @@ class PerformanceCallback(_CallbackBase):
         # without waiting for the device)
         self._fetched_tokens: collections.deque[int | None] = collections.deque()
         self._count_tokens = token_counter(self.listener)
+        self._flop_counter: StepFlopCounter | None = None
         self._micro = 0
         self._last_step = 0
         self._per_batch = False
@@ -240,6 +242,7 @@ class PerformanceCallback(_CallbackBase):
         self._samples_of = _samples_reader(getattr(trainer.fit_loop, "_combined_loader", None))
         self._wrap_save_checkpoint(trainer)
         self._wrap_fetch(trainer)
+        self._flop_counter = StepFlopCounter(listener, device, _number_format(trainer, pl_module, device))
         on_cuda = on_cuda_of(listener)
         listener.add_advisor(lambda kind: loader_advisor(getattr(trainer, "train_dataloader", None), on_cuda)(kind))
         listener.set_loader_workers(lambda: self._worker_pids)
@@ -279,6 +282,8 @@ class PerformanceCallback(_CallbackBase):
             self._loop_wait = 0.0
         if self._timeline is not None:  # the device's side of the iteration starts here
             self._timeline.begin()
+        if self._flop_counter is not None:
+            self._flop_counter.begin()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
@@ -292,6 +297,11 @@ class PerformanceCallback(_CallbackBase):
             score = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if self._collective is not None:
             self._collective.on_step(self._clock())
+        counter = self._flop_counter
+        if counter is not None:
+            counter.end()
+            if counter.done:
+                self._flop_counter = None
         self.listener.record_iteration(self._samples, self._micro, self._etl, score, None, self._other, steps, 0,
                                        self._tokens)
         self._boundary = self._clock()  # trainperf's own time since is not on this clock
@@ -404,6 +414,9 @@ class PerformanceCallback(_CallbackBase):
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit":
             return
+        if self._flop_counter is not None:
+            self._flop_counter.abandon()
+            self._flop_counter = None
         self._unwrap(trainer)
         if self._observing:
             loop_hooks.unregister(self)
@@ -450,3 +463,19 @@ def _ddp_of(trainer: Any) -> Any:
     """The trainer's ``DistributedDataParallel`` model, else ``None`` (FSDP, a single device)."""
     model = getattr(getattr(trainer, "strategy", None), "model", None)
     return model if isinstance(model, torch.nn.parallel.DistributedDataParallel) else None
+
+
+def _number_format(trainer: Any, pl_module: Any, device: Any) -> str | None:
+    """What a step computes in: Lightning's precision setting, else the parameters' dtype."""
+    if device is None:
+        return None
+    precision = str(getattr(trainer, "precision", ""))
+    if precision.startswith("bf16"):
+        return "bf16"
+    if precision.startswith("16"):
+        return "fp16"
+    try:
+        dtype = next(pl_module.parameters()).dtype
+    except (AttributeError, StopIteration, TypeError):
+        return None
+    return device_format(dtype, device)

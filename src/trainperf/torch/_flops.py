@@ -25,9 +25,10 @@ COUNTED_STEP = 2
 
 def device_format(dtype: Any, device: torch.device) -> str | None:
     """The number format a step computes in: ``dtype`` (an autocast or parameter dtype), with float32
-    matrix products on CUDA in TF32 when torch allows it."""
+    matrix products on CUDA in TF32 when torch allows it (``torch.set_float32_matmul_precision`` other
+    than ``"highest"``)."""
     fmt = number_format(dtype)
-    if fmt == "fp32" and device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+    if fmt == "fp32" and device.type == "cuda" and torch.get_float32_matmul_precision() != "highest":
         return "tf32"
     return fmt
 
@@ -57,6 +58,11 @@ class StepFlopCounter:
             self._mode = FlopCounterMode(display=False)
             self._mode.__enter__()
 
+    @property
+    def done(self) -> bool:
+        """Whether the step was counted (or the FLOPs were given): later steps need no calls."""
+        return self._steps >= COUNTED_STEP and self._mode is None
+
     def end(self) -> None:
         mode, self._mode = self._mode, None
         if mode is None:
@@ -72,8 +78,8 @@ class StepFlopCounter:
 
     def _give(self, flops: float | None) -> None:
         device, fmt = self.device, self.fmt
-        if device is None or fmt is None:
+        if device is None or fmt is None or device.type != "cuda":  # the table holds accelerators only
             self.listener.set_flops(flops)
             return
-        name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+        name = torch.cuda.get_device_name(device)
         self.listener.set_flops(flops, find_peak(name, fmt), device_name=name, number_format=fmt)

@@ -1,0 +1,110 @@
+"""The step FLOP counter with a fake CUDA device name (no GPU needed): the second step counted, the
+table's peak for a known device, one note and no MFU for an unknown one, given FLOPs never counted."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from conftest import FakeClock
+from trainperf import MemorySink, PerformanceListener
+from trainperf.torch._flops import COUNTED_STEP, StepFlopCounter, device_format
+
+CUDA = torch.device("cuda", 0)  # only named: nothing runs on it
+
+
+def run(counter: StepFlopCounter, listener: PerformanceListener, clock: FakeClock, steps: int = 4) -> None:
+    model = torch.nn.Linear(16, 16)
+    x = torch.randn(4, 16, requires_grad=True)
+    for _ in range(steps):
+        counter.begin()
+        model(x).sum().backward()
+        counter.end()
+        clock.advance(0.010)
+        listener.record_iteration(samples=4)
+
+
+def listener(clock: FakeClock, **kw) -> tuple[PerformanceListener, MemorySink]:
+    memory = MemorySink()
+    return PerformanceListener(2, sinks=[memory], clock=clock, report_hardware=False, sink_thread=False,
+                               **kw), memory
+
+
+def test_a_known_device_gets_the_tables_peak_and_the_second_step_is_counted(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    clock = FakeClock()
+    lst, memory = listener(clock)
+    counter = StepFlopCounter(lst, CUDA, "bf16")
+    run(counter, lst, clock)
+    assert counter.done
+    flops = 3 * 2 * 4 * 16 * 16  # forward, and the backward's two products
+    assert [r.flops_per_step for r in memory.records] == [flops, flops]
+    r = memory.records[-1]
+    assert r.peak == "H100 SXM bf16 dense, 989.4 TFLOP/s (table)"
+    assert r.mfu == pytest.approx(flops / 0.010 / 989.4e12)
+    assert r.tflops_per_sec == pytest.approx(flops / 0.010 / 1e12)
+    assert COUNTED_STEP == 2
+
+
+def test_an_unknown_device_gives_no_mfu_and_one_note(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some Future GPU")
+    clock = FakeClock()
+    lst, memory = listener(clock)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(StepFlopCounter(lst, CUDA, "bf16"), lst, clock, steps=8)
+    notes = [str(w.message) for w in caught if "peak" in str(w.message)]
+    assert notes == ["trainperf: no dense peak is known for 'Some Future GPU' in bf16: MFU is left out "
+                     "(pass peak_flops= to give one)"]
+    assert all(r.mfu is None and r.peak is None and r.flops_per_step for r in memory.records)
+
+
+def test_given_flops_are_not_counted_and_a_given_peak_wins_over_the_table(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
+    import torch.utils.flop_counter as flop_counter
+
+    monkeypatch.setattr(flop_counter, "FlopCounterMode", lambda *a, **k: pytest.fail("counted"))
+    clock = FakeClock()
+    lst, memory = listener(clock, flops_per_step=1e12, peak_flops=2e14)
+    counter = StepFlopCounter(lst, CUDA, "bf16")
+    assert counter.done
+    run(counter, lst, clock)
+    assert all(r.flops_per_step == 1e12 and r.peak == "200.0 TFLOP/s (given)" for r in memory.records)
+    assert memory.records[-1].mfu == pytest.approx(1e12 / 0.010 / 2e14)
+
+
+def test_on_the_cpu_flops_are_counted_but_no_peak_is_looked_up_or_noted():
+    clock = FakeClock()
+    lst, memory = listener(clock)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(StepFlopCounter(lst, torch.device("cpu"), "fp32"), lst, clock)
+    assert all(r.flops_per_step and r.mfu is None for r in memory.records)
+
+
+def test_the_number_format_of_float32_on_cuda_follows_torchs_matmul_precision():
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert device_format(torch.float32, CUDA) == "tf32"
+        assert device_format(torch.float32, torch.device("cpu")) == "fp32"
+        torch.set_float32_matmul_precision("highest")
+        assert device_format(torch.float32, CUDA) == "fp32"
+        assert device_format(torch.bfloat16, CUDA) == "bf16"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def test_a_step_being_counted_when_training_stops_leaves_the_counter():
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    clock = FakeClock()
+    lst, _ = listener(clock)
+    counter = StepFlopCounter(lst, None, None)
+    counter.begin()
+    counter.begin()  # the counted step begins ...
+    assert _get_current_dispatch_mode_stack() != []
+    counter.abandon()  # ... and training stops inside it
+    assert _get_current_dispatch_mode_stack() == []
