@@ -163,6 +163,9 @@ def _rank_entry(rank: Rank, silent_since: float | None) -> dict[str, Any]:
         "gc_ms": _r(gc_total / sum(n)) if sum(n) > 0 else None,
         "etl_source": "gap" if steady and all(w["gap"][k] for k in steady) else "loader",
         "samples_per_sec": mean("samples_per_sec"),
+        "tokens_per_sec": mean("tokens_per_sec"),
+        "tflops_per_sec": mean("tflops_per_sec"),
+        "mfu": _r(_weighted_mean([w["mfu"][k] for k in steady], n), 4),
         "silent_since": silent_since,
         "started": rank.meta.get("started"),
         "ended": rank.meta.get("ended"),
@@ -314,6 +317,26 @@ def _buckets(ranks: Sequence[Rank], start: float) -> tuple[list[dict[str, Any]],
     return cluster, per_rank
 
 
+def _world(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The whole run's throughput: every rank's rates added up (each over its windows past warm-up),
+    and the world's MFU: the FLOP/s of every rank that has a peak over the sum of their peaks."""
+
+    def total(key: str, digits: int = 1) -> float | None:
+        values = [e[key] for e in entries if e.get(key) is not None]
+        return _r(sum(values), digits) if values else None
+
+    rated = [(e["tflops_per_sec"], e["tflops_per_sec"] / e["mfu"]) for e in entries
+             if e.get("tflops_per_sec") is not None and e.get("mfu")]
+    peak = sum(p for _, p in rated)
+    return {
+        "samples_per_sec": total("samples_per_sec"),
+        "tokens_per_sec": total("tokens_per_sec"),
+        "tflops_per_sec": total("tflops_per_sec", 3),
+        "mfu": _r(sum(t for t, _ in rated) / peak, 4) if rated and peak > 0 else None,
+        "mfu_ranks": len(rated),
+    }
+
+
 def _slowest(ranks: Sequence[Rank], start: float) -> list[dict[str, Any]]:
     """The slowest windows (longest mean iteration on any rank) that have spans, with every rank's spans."""
     windows: dict[int, tuple[float, int, int]] = {}  # last iteration -> (slowest mean ms, its rank, iterations)
@@ -392,6 +415,7 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
         "phases_seen": _phases_seen(slowest, rank_windows),
         "cluster": cluster_line(whole, named) if whole else None,
         "analysed_windows": analysed,
+        "world": _world(entries),
         "ranks": entries,
         "stragglers": stragglers,
         "clocks": _clocks(ranks),

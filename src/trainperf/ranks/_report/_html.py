@@ -314,7 +314,7 @@ def render_html(report: dict[str, Any]) -> str:
 <h1>{_e(title)}</h1>
 <p>{_e(_counted(report['world_size'], 'rank'))}; {_e(_counted(report['analysed_windows'], 'report window'))}
 compared across ranks.<br>
-<b>{_e(cluster)}</b></p>
+<b>{_e(cluster)}</b>{_world_line(report)}</p>
 {_notes(report)}
 <h2>Stragglers</h2>
 <p class=note>With data-parallel training every rank waits for the slowest one in the collectives, so iteration
@@ -353,3 +353,22 @@ trip of the estimate; drift is the change of the offset over the run.</p>
 <script>{_JS}</script>
 </body></html>
 """
+
+
+def world_words(world: dict[str, Any] | None) -> str | None:
+    """The whole run's throughput in words (``World: 1,200 samples/s, 15,000 tokens/s, MFU 3.0% ...``)."""
+    if not world:
+        return None
+    parts = []
+    for key, unit in (("samples_per_sec", "samples/s"), ("tokens_per_sec", "tokens/s"), ("tflops_per_sec", "TFLOP/s")):
+        value = world.get(key)
+        if value is not None:
+            parts.append(f"{value:,.1f} {unit}" if key != "tflops_per_sec" else f"{value:.3g} {unit}")
+    if world.get("mfu") is not None:
+        parts.append(f"MFU {100 * world['mfu']:.1f}% (over {_counted(world['mfu_ranks'], 'rank')} with a peak)")
+    return "World: " + ", ".join(parts) if parts else None
+
+
+def _world_line(report: dict[str, Any]) -> str:
+    words = world_words(report.get("world"))
+    return f"<br>{_e(words)}" if words else ""

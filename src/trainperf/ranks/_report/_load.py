@@ -27,7 +27,7 @@ _RANK_DIR = re.compile(r"rank-(\d{1,7})")
 WINDOW_FIELDS = ("iteration", "window_iterations", "window_s", "timestamp", "etl_ms", "etl_max_ms", "compute_ms",
                  "other_ms", "iteration_ms", "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms",
                  "samples_per_sec", "forward_ms", "backward_ms", "step_ms", "comm_ms", "wait_ms", "wait_p50_ms",
-                 "gc_total_ms",
+                 "gc_total_ms", "tokens_per_sec", "tflops_per_sec", "mfu",
                  "gap", "warmup")
 #: Window fields an adapter keeps in ``extra`` (the timed parts of a distributed run's step).
 EXTRA_FIELDS = frozenset({"forward_ms", "backward_ms", "step_ms", "comm_ms", "wait_ms", "wait_p50_ms"})
