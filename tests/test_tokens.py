@@ -102,3 +102,18 @@ def test_bad_token_counts_are_named():
     assert lst.iteration == 1  # nothing recorded by the refused calls
     with pytest.raises(TypeError, match="tokens must be callable, got 3"):
         PerformanceListener(tokens=3)  # type: ignore[arg-type]
+
+
+def test_the_summary_gives_the_runs_tflops_and_mfu_over_the_windows_that_knew_them():
+    clock = FakeClock()
+    lst, _ = listener(clock, flops_per_step=2e9, peak_flops=1e12)
+    for k in range(12):
+        clock.advance(0.050 if k < 4 else 0.010)  # a slow warm-up window, left out
+        lst.record_iteration(steps=2 if k >= 8 else 1)  # the third window takes two optimizer steps each
+    summary = lst.summary()
+    flops = 2e9 * (4 + 8)
+    assert summary.flops == pytest.approx(flops) and summary.flops_wall_s == pytest.approx(0.080)
+    assert summary.tflops_per_sec == pytest.approx(flops / 0.080 / 1e12)
+    assert summary.mfu == pytest.approx(flops / 0.080 / 1e12)
+    assert f"MFU {100 * summary.mfu:.1f}%" in str(summary)
+    assert summary.to_dict()["mfu"] == pytest.approx(summary.mfu)

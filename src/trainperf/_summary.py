@@ -52,6 +52,20 @@ class RunSummary:
     device_idle_s: float = 0.0
     tokens: int = 0
     tokens_wall_s: float = 0.0
+    flops: float = 0.0
+    flops_wall_s: float = 0.0
+    peak_flop_s: float = 0.0
+
+    @property
+    def tflops_per_sec(self) -> float | None:
+        """TFLOP/s over the windows whose FLOPs per step were known (``None``: none were)."""
+        return self.flops / self.flops_wall_s / 1e12 if self.flops_wall_s > 0 else None
+
+    @property
+    def mfu(self) -> float | None:
+        """The run's model FLOPs utilisation: its FLOPs over what the peak could have done in the same
+        windows (``None`` without a peak)."""
+        return self.flops / self.peak_flop_s if self.peak_flop_s > 0 else None
 
     @property
     def tokens_per_sec(self) -> float | None:
@@ -125,6 +139,8 @@ class RunSummary:
             "samples_per_sec": self.samples_per_sec,
             "tokens": self.tokens,
             "tokens_per_sec": self.tokens_per_sec,
+            "tflops_per_sec": self.tflops_per_sec,
+            "mfu": self.mfu,
             "verdict_counts": dict(self.verdict_counts),
             "bottlenecks": [
                 {"kind": b.kind, "share": b.share, "windows": b.windows, "fixes": list(b.fixes)}
@@ -144,7 +160,9 @@ class RunSummary:
             return "trainperf summary: no iterations after the warm-up window were reported"
         rate = self.samples_per_sec
         rates = ", ".join(([f"{rate:.1f} samples/sec"] if rate else [])
-                          + ([f"{self.tokens_per_sec:.1f} tokens/sec"] if self.tokens_per_sec else []))
+                          + ([f"{self.tokens_per_sec:.1f} tokens/sec"] if self.tokens_per_sec else [])
+                          + ([f"{self.tflops_per_sec:.3g} TFLOP/s"] if self.tflops_per_sec else [])
+                          + ([f"MFU {100 * self.mfu:.1f}%"] if self.mfu else []))
         left_out = self.total_iterations - self.iterations
         counted = (
             f"{self.iterations} of {self.total_iterations} iterations, warm-up left out"
@@ -196,6 +214,9 @@ def build_summary(
     device_idle_s: float = 0.0,
     tokens: int = 0,
     tokens_wall_s: float = 0.0,
+    flops: float = 0.0,
+    flops_wall_s: float = 0.0,
+    peak_flop_s: float = 0.0,
 ) -> RunSummary:
     """Assemble a :class:`RunSummary`.
 
@@ -249,4 +270,7 @@ def build_summary(
         device_idle_s=device_idle_s,
         tokens=tokens,
         tokens_wall_s=tokens_wall_s,
+        flops=flops,
+        flops_wall_s=flops_wall_s,
+        peak_flop_s=peak_flop_s,
     )

@@ -20,7 +20,8 @@ class RunTotals:
     """
 
     __slots__ = ("wall_s", "etl_s", "gc_s", "other_s", "data_free_s", "gc_free_s", "device_wall_s",
-                 "device_idle_s", "samples", "iterations", "verdict_counts", "tokens", "tokens_wall_s")
+                 "device_idle_s", "samples", "iterations", "verdict_counts", "tokens", "tokens_wall_s",
+                 "flops", "flops_wall_s", "peak_flop_s")
 
     def __init__(self) -> None:
         self.wall_s = 0.0
@@ -36,6 +37,9 @@ class RunTotals:
         self.verdict_counts: dict[str, int] = {}
         self.tokens = 0  # over the windows that counted their tokens,
         self.tokens_wall_s = 0.0  # and their wall time
+        self.flops = 0.0  # the FLOPs of the windows whose FLOPs per step are known,
+        self.flops_wall_s = 0.0  # their wall time,
+        self.peak_flop_s = 0.0  # and what their peak could have done in it (windows with a peak)
 
     def add(
         self,
@@ -66,6 +70,11 @@ class RunTotals:
         if record.tokens is not None:
             self.tokens += record.tokens
             self.tokens_wall_s += record.window_s
+        if record.flops_per_step is not None and record.tflops_per_sec is not None:
+            self.flops += record.flops_per_step * record.optimizer_steps
+            self.flops_wall_s += record.window_s
+            if record.mfu:
+                self.peak_flop_s += 1e12 * record.tflops_per_sec / record.mfu * record.window_s
         if record.verdict is not None:
             kind = record.verdict.kind
             self.verdict_counts[kind] = self.verdict_counts.get(kind, 0) + 1
@@ -94,4 +103,7 @@ class RunTotals:
             device_idle_s=self.device_idle_s,
             tokens=self.tokens,
             tokens_wall_s=self.tokens_wall_s,
+            flops=self.flops,
+            flops_wall_s=self.flops_wall_s,
+            peak_flop_s=self.peak_flop_s,
         )
