@@ -209,3 +209,35 @@ def test_given_flops_per_step_are_used_and_nothing_is_counted(tmp_path, monkeypa
         trainer.train()
     assert all(r.flops_per_step == 3e9 for r in memory.records)
     assert all(r.mfu == pytest.approx(3e9 * 4 / r.window_s / 1e11) for r in memory.records)
+
+
+def test_two_ranks_under_gloo_each_report_their_own_tokens_and_the_report_adds_them(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from _ranks import free_port
+
+    from trainperf import build_report
+
+    here = os.path.dirname(__file__)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(here, "..", "src"), here]),
+           "OMP_NUM_THREADS": "1"}
+    run_dir, out = tmp_path / "run", tmp_path
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+         os.path.join(here, "_trainer_rank.py"), str(run_dir), str(out)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    per_rank = [json.loads((out / f"seen-{r}.json").read_text()) for r in (0, 1)]
+    for rank, got in enumerate(per_rank):
+        seen = got["seen"]
+        assert got["ranks"] == [rank, rank]
+        assert got["tokens"] == [sum(seen[0:8]), sum(seen[8:16])]  # 4 steps of 2 micro-batches per window
+    assert per_rank[0]["seen"] != per_rank[1]["seen"]  # each rank trained on its own shard
+    report = build_report(run_dir)
+    assert report["world_size"] == 2
+    tokens_per_sec = [e["tokens_per_sec"] for e in report["ranks"]]
+    assert report["world"]["tokens_per_sec"] == pytest.approx(sum(tokens_per_sec), rel=1e-3)
