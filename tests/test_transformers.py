@@ -218,7 +218,6 @@ def test_two_ranks_under_gloo_each_report_their_own_tokens_and_the_report_adds_t
     import sys
 
     from _ranks import free_port
-
     from trainperf import build_report
 
     here = os.path.dirname(__file__)
