@@ -204,3 +204,33 @@ def test_lightning_counts_flops_per_step_as_flop_counter_mode_does_and_gives_mfu
             assert r.flops_per_step == pytest.approx(accumulate * counter.get_total_flops(), rel=0.05)
             assert r.mfu == pytest.approx(r.flops_per_step * r.optimizer_steps / r.window_s / 1e9)
             assert r.peak == "1.0 GFLOP/s (given)"
+
+
+def test_lightning_takes_a_modules_flops_per_batch_times_the_batches_per_step_and_counts_nothing(tmp_path, monkeypatch):
+    pl = pytest.importorskip("pytorch_lightning")
+    import torch.utils.flop_counter as flop_counter
+
+    from trainperf.lightning import PerformanceCallback
+
+    monkeypatch.setattr(flop_counter, "FlopCounterMode", lambda *a, **k: pytest.fail("counted"))
+
+    class Module(pl.LightningModule):
+        flops_per_batch = 5e6  # Lightning's convention (ThroughputMonitor reads it)
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = TinyLM()
+
+        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+            return self.lm(**batch)
+
+        def configure_optimizers(self):  # type: ignore[no-untyped-def]
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    memory = MemorySink()
+    trainer = pl.Trainer(max_epochs=1, callbacks=[PerformanceCallback(3, sinks=[memory], report_hardware=False)],
+                         logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, accelerator="cpu", accumulate_grad_batches=2,
+                         default_root_dir=tmp_path)
+    trainer.fit(Module(), torch.utils.data.DataLoader(padded_batches(12), batch_size=None))
+    assert memory.records and all(r.flops_per_step == 1e7 for r in memory.records)

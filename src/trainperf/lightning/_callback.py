@@ -242,7 +242,8 @@ class PerformanceCallback(_CallbackBase):
         self._samples_of = _samples_reader(getattr(trainer.fit_loop, "_combined_loader", None))
         self._wrap_save_checkpoint(trainer)
         self._wrap_fetch(trainer)
-        self._flop_counter = StepFlopCounter(listener, device, _number_format(trainer, pl_module, device))
+        self._flop_counter = StepFlopCounter(listener, device, _number_format(trainer, pl_module, device),
+                                             _lightning_flops(trainer, pl_module))
         on_cuda = on_cuda_of(listener)
         listener.add_advisor(lambda kind: loader_advisor(getattr(trainer, "train_dataloader", None), on_cuda)(kind))
         listener.set_loader_workers(lambda: self._worker_pids)
@@ -463,6 +464,16 @@ def _ddp_of(trainer: Any) -> Any:
     """The trainer's ``DistributedDataParallel`` model, else ``None`` (FSDP, a single device)."""
     model = getattr(getattr(trainer, "strategy", None), "model", None)
     return model if isinstance(model, torch.nn.parallel.DistributedDataParallel) else None
+
+
+def _lightning_flops(trainer: Any, pl_module: Any) -> float | None:
+    """FLOPs per optimizer step from Lightning's own convention, a module's ``flops_per_batch`` (as
+    ``ThroughputMonitor`` reads it: one batch's forward and backward), times the batches per step."""
+    per_batch = getattr(pl_module, "flops_per_batch", None)
+    if isinstance(per_batch, bool) or not isinstance(per_batch, (int, float)) or not 0 < per_batch < float("inf"):
+        return None
+    accumulate = getattr(trainer, "accumulate_grad_batches", 1)
+    return float(per_batch) * (accumulate if isinstance(accumulate, int) and accumulate > 0 else 1)
 
 
 def _number_format(trainer: Any, pl_module: Any, device: Any) -> str | None:

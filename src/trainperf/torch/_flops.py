@@ -37,18 +37,20 @@ class StepFlopCounter:
     """Counts one optimizer step's FLOPs and gives them to ``listener`` with ``device``'s peak in ``fmt``.
 
     Adapters call :meth:`begin` when a step starts and :meth:`end` when it has ended; only the
-    :data:`COUNTED_STEP`-th is counted, and none when the listener was given ``flops_per_step``.
+    :data:`COUNTED_STEP`-th is counted, and none when the listener was given ``flops_per_step`` or the
+    adapter passes ``known`` FLOPs per step (a framework's own figure; the listener's option wins).
     """
 
     __slots__ = ("listener", "device", "fmt", "_steps", "_mode")
 
-    def __init__(self, listener: PerformanceListener, device: torch.device | None, fmt: str | None) -> None:
+    def __init__(self, listener: PerformanceListener, device: torch.device | None, fmt: str | None,
+                 known: float | None = None) -> None:
         self.listener, self.device, self.fmt = listener, device, fmt
         self._steps = 0
         self._mode: Any = None
-        if listener.options.flops_per_step is not None:
-            self._steps = COUNTED_STEP  # given: nothing to count
-            self._give(None)
+        if listener.options.flops_per_step is not None or known is not None:
+            self._steps = COUNTED_STEP  # given (to the listener, or ``known`` by the framework): no count
+            self._give(known)
 
     def begin(self) -> None:
         self._steps += 1
