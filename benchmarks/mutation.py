@@ -45,6 +45,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "_publish.py": ("tests/test_publish.py",),
     "_closer.py": ("tests/test_closer.py",),
     "_handover.py": ("tests/test_handover.py",),
+    "_peaks.py": ("tests/test_peaks.py",),
+    "torch/_flops.py": ("tests/test_flops.py", "tests/test_tokens_adapters.py"),
     "_readings.py": ("tests/test_readings.py", "tests/test_attribution.py"),
     "_notices.py": ("tests/test_notices.py",),
     "_collections.py": ("tests/test_collections.py",),
