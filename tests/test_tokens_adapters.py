@@ -234,3 +234,37 @@ def test_lightning_takes_a_modules_flops_per_batch_times_the_batches_per_step_an
                          default_root_dir=tmp_path)
     trainer.fit(Module(), torch.utils.data.DataLoader(padded_batches(12), batch_size=None))
     assert memory.records and all(r.flops_per_step == 1e7 for r in memory.records)
+
+
+def test_attach_counts_the_second_steps_flops_as_flop_counter_mode_does_and_mfu_against_a_given_peak():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    data = padded_batches(12, seed=4)
+    reference = TinyLM()
+    with FlopCounterMode(display=False) as counter:
+        reference(**data[0]).backward()
+        torch.optim.SGD(reference.parameters(), lr=0.1).step()
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    memory = MemorySink()
+    listener = PerformanceListener(4, sinks=[memory], report_hardware=False, peak_flops=2e9)
+    attach(model, listener)
+    for batch in torch.utils.data.DataLoader(data, batch_size=None):
+        opt.zero_grad()
+        model(**batch).backward()
+        opt.step()
+    listener.close()
+    assert len(memory.records) == 3
+    for r in memory.records:
+        assert r.flops_per_step == pytest.approx(counter.get_total_flops(), rel=0.05)
+        assert r.mfu == pytest.approx(r.flops_per_step * r.optimizer_steps / r.window_s / 2e9)
+
+
+def test_the_format_in_use_follows_autocast():
+    from trainperf.torch._flops import format_in_use
+
+    param = torch.nn.Linear(2, 2).weight
+    assert format_in_use(param) == "fp32"
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert format_in_use(param) == "bf16"
+    assert format_in_use(param.half()) == "fp16"

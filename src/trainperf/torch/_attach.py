@@ -41,6 +41,7 @@ from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor, on_cuda_of, worker_pids
 from ._batch import batch_size
 from ._collective import CollectiveTimer
+from ._flops import StepFlopCounter, format_in_use
 from ._gap import GapSplitter
 from ._tap import attachments_of, tap_of, untap
 from .shared import join_cluster, process_rank, time_collectives, token_counter, use_model_device
@@ -81,6 +82,7 @@ class Attachment:
         self._gc_pauses = listener.gc_pauses  # a fetch's own collections are GC, not data wait
         self._record = listener._record_at  # the clock's own differences: nothing to check again
         self._count_tokens = token_counter(listener)  # a batch's real tokens, read as the loader gives it
+        self._flop_counter: StepFlopCounter | None = None  # until training starts, and once counted
         self._started = False
         self._taps_work = False  # a compiled model's forward is not seen: steps alone make iterations
         self.thread = threading.get_ident()  # loader timing counts fetches on this thread only
@@ -149,6 +151,8 @@ class Attachment:
                 self._collective = time_collectives(self.listener, self.model)
             if self._timeline is not None and not self._fetched:  # no loader seen: it starts here
                 self._timeline.begin()
+            if self._flop_counter is not None:  # the second step's FLOPs are counted, from here
+                self._flop_counter.begin()
             if self._activity is None:
                 self._activity = now
             self._open = True
@@ -292,6 +296,11 @@ class Attachment:
         if peers:  # other listened models' loops: this step is their loop's training work too
             self._tell_peers(began if began is not None else now)
         self._gap_data = None
+        counter = self._flop_counter
+        if counter is not None:
+            counter.end()
+            if counter.done:
+                self._flop_counter = None
         self._record(now, samples, batches, etl, started, other, steps, skipped, tokens)
         if self._gap is not None and not fetched:  # no loader: time the iterable until the next forward
             self._gap.open()
@@ -317,6 +326,8 @@ class Attachment:
         param = next(self.model.parameters(), None)
         if param is not None:
             use_model_device(self.listener, param.device, self._timeline_factory)
+            self._flop_counter = StepFlopCounter(self.listener, param.device, None,
+                                                 format_now=lambda: format_in_use(param))
         self._timeline = self.listener.timeline
         rank = process_rank()
         if rank is not None:
@@ -355,6 +366,9 @@ class Attachment:
         if self._detached:
             return
         self._detached = True
+        if self._flop_counter is not None:
+            self._flop_counter.abandon()
+            self._flop_counter = None
         if self._gap is not None:
             self._gap.close()
         untap(self.model, self._on_forward)

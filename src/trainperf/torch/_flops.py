@@ -10,6 +10,7 @@ checkpointing's re-run forward is counted as it runs (hardware FLOPs).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,10 +18,19 @@ import torch
 from .._listener import PerformanceListener
 from .._peaks import find_peak, number_format
 
-__all__ = ["StepFlopCounter", "device_format"]
+__all__ = ["StepFlopCounter", "device_format", "format_in_use"]
 
 #: The optimizer step whose FLOPs are counted (1-based).
 COUNTED_STEP = 2
+
+
+def format_in_use(param: torch.Tensor) -> str | None:
+    """The number format a step computes in now: autocast's dtype when autocast is on for the
+    parameter's device, else the parameter's dtype (see :func:`device_format`)."""
+    device = param.device
+    if torch.is_autocast_enabled(device.type):
+        return device_format(torch.get_autocast_dtype(device.type), device)
+    return device_format(param.dtype, device)
 
 
 def device_format(dtype: Any, device: torch.device) -> str | None:
@@ -41,11 +51,12 @@ class StepFlopCounter:
     adapter passes ``known`` FLOPs per step (a framework's own figure; the listener's option wins).
     """
 
-    __slots__ = ("listener", "device", "fmt", "_steps", "_mode")
+    __slots__ = ("listener", "device", "fmt", "format_now", "_steps", "_mode")
 
     def __init__(self, listener: PerformanceListener, device: torch.device | None, fmt: str | None,
-                 known: float | None = None) -> None:
+                 known: float | None = None, *, format_now: Callable[[], str | None] | None = None) -> None:
         self.listener, self.device, self.fmt = listener, device, fmt
+        self.format_now = format_now  # the number format read when the counted step begins (autocast)
         self._steps = 0
         self._mode: Any = None
         if listener.options.flops_per_step is not None or known is not None:
@@ -56,6 +67,9 @@ class StepFlopCounter:
         self._steps += 1
         if self._steps == COUNTED_STEP:
             from torch.utils.flop_counter import FlopCounterMode
+
+            if self.format_now is not None:
+                self.fmt = self.format_now()
 
             self._mode = FlopCounterMode(display=False)
             self._mode.__enter__()
