@@ -104,3 +104,18 @@ def test_every_row_is_matched_by_some_name_and_dense_rates_keep_their_order():
             assert peaks["bf16"] >= peaks["tf32"] >= peaks["fp32"] * 0.99, row  # tensor paths are no slower
         if "fp8" in peaks:
             assert peaks["fp8"] == pytest.approx(2 * peaks["bf16"], rel=0.02), row  # sheets round
+
+
+def test_the_tables_formats_keep_the_rates_each_architecture_has():
+    for row, peaks in PEAKS.items():
+        if "bf16" in peaks:
+            assert peaks["fp16"] == peaks["bf16"], row  # one tensor-core rate for both 16-bit formats
+            assert peaks["tf32"] == pytest.approx(peaks["bf16"] / 2, rel=0.015), row  # TF32 at half (sheets round)
+        if "fp64" in peaks:
+            assert peaks["fp64"] == pytest.approx(peaks["fp32"] / 2, rel=0.02), row  # data-centre FP64: half FP32
+    # the plain FP32 rate of each device, as its sheet gives it (the tensor rates are pinned above)
+    fp32 = {"B200": 75.0, "H200 NVL": 60.0, "H200 SXM": 66.9, "GH200": 66.9, "H100 NVL": 60.0, "H100 SXM": 66.9,
+            "H100 PCIe": 51.2, "A100": 19.5, "A30": 10.3, "A40": 37.4, "A10": 31.2, "A10G": 31.5, "L40S": 91.6,
+            "L40": 90.5, "L4": 30.3, "RTX 6000 Ada": 91.1, "RTX A6000": 38.7, "RTX 4090": 82.6, "RTX 4080": 48.7,
+            "RTX 3090": 35.6, "V100 SXM2": 15.7, "V100 PCIe": 14.0, "V100S PCIe": 16.4, "T4": 8.1}
+    assert {row: peaks["fp32"] / T for row, peaks in PEAKS.items()} == pytest.approx(fp32)
