@@ -108,3 +108,46 @@ def test_a_step_being_counted_when_training_stops_leaves_the_counter():
     assert _get_current_dispatch_mode_stack() != []
     counter.abandon()  # ... and training stops inside it
     assert _get_current_dispatch_mode_stack() == []
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointings_re_run_is_left_out_of_the_models_flops_and_said_once(reentrant):
+    from torch.utils.checkpoint import checkpoint
+
+    class Block(torch.nn.Module):
+        def __init__(self, checkpointed: bool) -> None:
+            super().__init__()
+            self.inner = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
+            self.head = torch.nn.Linear(32, 1)
+            self.checkpointed = checkpointed
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = checkpoint(self.inner, x, use_reentrant=reentrant) if self.checkpointed else self.inner(x)
+            return self.head(h).sum()
+
+    def counted(checkpointed: bool) -> tuple[list, list[str]]:
+        torch.manual_seed(0)
+        model = Block(checkpointed)
+        clock = FakeClock()
+        lst, memory = listener(clock)
+        counter = StepFlopCounter(lst, torch.device("cpu"), "fp32")
+        x = torch.randn(8, 32, requires_grad=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(4):
+                counter.begin()
+                model(x).backward()
+                counter.end()
+                clock.advance(0.01)
+                lst.record_iteration(samples=8)
+        said = [str(w.message) for w in caught if "checkpoint" in str(w.message)]
+        return [r.flops_per_step for r in memory.records], said
+
+    plain, plain_notes = counted(False)
+    again, notes = counted(True)
+    assert again == plain and plain_notes == []  # the model's FLOPs: the re-run left out
+    # run again in the backward: the block's two products; without reentry, torch stops the re-run once
+    # the tensors the backward needs are back, before the second product
+    forward = 2 * 8 * 32 * 64 * (2 if reentrant else 1)
+    assert len(notes) == 1 and f"re-runs {forward:.4g} FLOPs per step" in notes[0]
+    assert f"hardware FLOPs {plain[0] + forward:.4g}" in notes[0]

@@ -276,11 +276,13 @@ class PerformanceListener:
         self._readings.set_loader_workers(pids)
 
     def set_flops(self, per_step: float | None = None, peak: Peak | None = None, *,
-                  device_name: str | None = None, number_format: str | None = None) -> None:
+                  device_name: str | None = None, number_format: str | None = None, recomputed: float = 0.0) -> None:
         """The model's FLOPs per optimizer step as an adapter counted them, and the device's peak
         from the table (adapters call it); ``flops_per_step=`` and ``peak_flops=`` given to the
         listener win. Later records carry ``tflops_per_sec`` and, with a peak, ``mfu``. A device
-        (``device_name``, ``number_format``) the table has no peak for is said once."""
+        (``device_name``, ``number_format``) the table has no peak for is said once, and so are
+        ``recomputed`` FLOPs (forward passes re-run by activation checkpointing: left out of the
+        model's FLOPs that MFU counts)."""
         given, given_peak = self.options.flops_per_step, self.options.peak_flops
         if given_peak is not None:
             peak = Peak(given_peak, "", "", "given")
@@ -288,6 +290,9 @@ class PerformanceListener:
             self._notices.once(f"no dense peak is known for {device_name!r} in {number_format}: MFU is left "
                                "out (pass peak_flops= to give one)")
         flops = given if given is not None else per_step
+        if recomputed > 0 and given is None and flops is not None:
+            self._notices.once(f"activation checkpointing re-runs {recomputed:.4g} FLOPs per step: left out of "
+                               f"the model's {flops:.4g} that MFU counts (hardware FLOPs {flops + recomputed:.4g})")
         self._closer.flops = None if flops is None and peak is None else StepFlops(flops, peak, given is None)
 
     def add_advisor(self, advisor: Advisor) -> None:

@@ -66,12 +66,9 @@ class StepFlopCounter:
     def begin(self) -> None:
         self._steps += 1
         if self._steps == COUNTED_STEP:
-            from torch.utils.flop_counter import FlopCounterMode
-
             if self.format_now is not None:
                 self.fmt = self.format_now()
-
-            self._mode = FlopCounterMode(display=False)
+            self._mode = _step_counter()
             self._mode.__enter__()
 
     @property
@@ -84,7 +81,8 @@ class StepFlopCounter:
         if mode is None:
             return
         mode.__exit__(None, None, None)
-        self._give(float(mode.get_total_flops()))
+        total = float(mode.get_total_flops())
+        self._give(total - mode.recomputed, mode.recomputed)
 
     def abandon(self) -> None:
         """Leave the counter if a step is being counted (training stopped inside it)."""
@@ -92,10 +90,53 @@ class StepFlopCounter:
         if mode is not None:
             mode.__exit__(None, None, None)
 
-    def _give(self, flops: float | None) -> None:
+    def _give(self, flops: float | None, recomputed: float = 0.0) -> None:
         device, fmt = self.device, self.fmt
         if device is None or fmt is None or device.type != "cuda":  # the table holds accelerators only
-            self.listener.set_flops(flops)
+            self.listener.set_flops(flops, recomputed=recomputed)
             return
         name = torch.cuda.get_device_name(device)
-        self.listener.set_flops(flops, find_peak(name, fmt), device_name=name, number_format=fmt)
+        self.listener.set_flops(flops, find_peak(name, fmt), device_name=name, number_format=fmt,
+                                recomputed=recomputed)
+
+
+def _step_counter() -> Any:
+    """A ``FlopCounterMode`` that also keeps apart the FLOPs of forward passes re-run inside the
+    backward (activation checkpointing: hardware FLOPs, not the model's): the operations that run
+    while a module's forward is active and the autograd engine is executing a backward. The module
+    hooks it needs are removed when it exits."""
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class StepCounter(FlopCounterMode):
+        def __init__(self) -> None:
+            super().__init__(display=False)
+            self.recomputed = 0.0
+            self._forwards = 0
+            self._handles: list[Any] = []
+
+        def __enter__(self) -> Any:
+            self._handles = [register_module_forward_pre_hook(self._forward_begins),
+                             register_module_forward_hook(self._forward_ends, always_call=True)]
+            return super().__enter__()  # type: ignore[no-untyped-call]
+
+        def __exit__(self, *args: Any) -> None:
+            try:
+                super().__exit__(*args)  # type: ignore[no-untyped-call]
+            finally:
+                for handle in self._handles:
+                    handle.remove()
+                self._handles = []
+
+        def _forward_begins(self, module: Any, args: Any) -> None:
+            self._forwards += 1
+
+        def _forward_ends(self, module: Any, args: Any, out: Any) -> None:
+            self._forwards = max(0, self._forwards - 1)
+
+        def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
+            if self._forwards and func_packet in self.flop_registry and torch._C._current_graph_task_id() != -1:
+                self.recomputed += float(self.flop_registry[func_packet](*args, **kwargs, out_val=out))
+            return super()._count_flops(func_packet, out, args, kwargs)  # type: ignore[no-untyped-call]
+
+    return StepCounter()
