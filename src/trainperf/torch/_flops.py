@@ -4,8 +4,9 @@ real step, and the device's dense peak for MFU.
 The count covers what runs between the step's start and its end (every micro-batch's forward and
 backward, and the optimizer); it reads shapes only, so it adds no device synchronisation. The counted
 step runs slower under the counter: it is the second optimizer step (the first pays for lazy set-up),
-which lies in the warm-up window whenever the listener reports every two steps or more. Activation
-checkpointing's re-run forward is counted as it runs (hardware FLOPs).
+which lies in the warm-up window whenever the listener reports every two steps or more. A forward
+pass that activation checkpointing re-runs inside the backward is counted apart (hardware FLOPs, not
+the model's): it is left out of the FLOPs per step, and said once.
 """
 
 from __future__ import annotations
