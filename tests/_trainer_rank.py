@@ -30,7 +30,8 @@ def main(run_dir: str, out: str) -> None:
     rank = int(os.environ["RANK"])
     with open(os.path.join(out, f"seen-{rank}.json"), "w") as f:
         json.dump({"seen": seen, "tokens": [r.tokens for r in callback.listener.history],
-                   "ranks": [r.rank for r in callback.listener.history]}, f)
+                   "ranks": [r.rank for r in callback.listener.history],
+                   "flops": [r.flops_per_step for r in callback.listener.history]}, f)
     torch.distributed.barrier()
 
 

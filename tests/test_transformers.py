@@ -236,6 +236,9 @@ def test_two_ranks_under_gloo_each_report_their_own_tokens_and_the_report_adds_t
         assert got["ranks"] == [rank, rank]
         assert got["tokens"] == [sum(seen[0:8]), sum(seen[8:16])]  # 4 steps of 2 micro-batches per window
     assert per_rank[0]["seen"] != per_rank[1]["seen"]  # each rank trained on its own shard
+    alone, _, _ = train(tmp_path / "alone", Padded(400), gradient_accumulation_steps=2)  # one process, same step
+    for got in per_rank:  # FLOPs per step do not move with the world size
+        assert got["flops"] == [pytest.approx(alone[0].flops_per_step, rel=0.01)] * 2
     report = build_report(run_dir)
     assert report["world_size"] == 2
     tokens_per_sec = [e["tokens_per_sec"] for e in report["ranks"]]
