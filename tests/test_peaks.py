@@ -119,3 +119,29 @@ def test_the_tables_formats_keep_the_rates_each_architecture_has():
             "L40": 90.5, "L4": 30.3, "RTX 6000 Ada": 91.1, "RTX A6000": 38.7, "RTX 4090": 82.6, "RTX 4080": 48.7,
             "RTX 3090": 35.6, "V100 SXM2": 15.7, "V100 PCIe": 14.0, "V100S PCIe": 16.4, "T4": 8.1}
     assert {row: peaks["fp32"] / T for row, peaks in PEAKS.items()} == pytest.approx(fp32)
+
+
+def test_every_devices_tf32_and_fp8_figures_are_their_sheets_dense_ones():
+    tf32 = {"B200": 1125.0, "H200 NVL": 417.5, "H200 SXM": 494.7, "GH200": 494.7, "H100 NVL": 417.5,
+            "H100 SXM": 494.7, "H100 PCIe": 378.0, "A100": 156.0, "A30": 82.0, "A40": 74.8, "A10": 62.5,
+            "A10G": 62.5, "L40S": 183.0, "L40": 90.5, "L4": 60.0, "RTX 6000 Ada": 182.1, "RTX A6000": 77.4,
+            "RTX 4090": 82.6, "RTX 4080": 48.7, "RTX 3090": 35.6}
+    fp8 = {"B200": 4500.0, "H200 NVL": 1670.5, "H200 SXM": 1978.9, "GH200": 1978.9, "H100 NVL": 1670.5,
+           "H100 SXM": 1978.9, "H100 PCIe": 1513.0, "L40S": 733.0, "L40": 362.0, "L4": 242.5,
+           "RTX 6000 Ada": 728.5, "RTX 4090": 330.3, "RTX 4080": 194.9}
+    assert {row: p["tf32"] / T for row, p in PEAKS.items() if "tf32" in p} == pytest.approx(tf32)
+    assert {row: p["fp8"] / T for row, p in PEAKS.items() if "fp8" in p} == pytest.approx(fp8)
+    fp64 = {"B200": 37.0, "H200 NVL": 30.0, "H200 SXM": 33.5, "GH200": 33.5, "H100 NVL": 30.0, "H100 SXM": 33.5,
+            "H100 PCIe": 25.6, "A100": 9.7, "A30": 5.2, "V100 SXM2": 7.8, "V100 PCIe": 7.0, "V100S PCIe": 8.2}
+    assert {row: p["fp64"] / T for row, p in PEAKS.items() if "fp64" in p} == pytest.approx(fp64)
+
+
+def test_a_given_peak_is_described_in_the_unit_that_reads_and_a_peak_is_a_fixed_value():
+    assert Peak(312e12, "", "", "given").describe() == "312.0 TFLOP/s (given)"
+    assert Peak(1e12, "", "", "given").describe() == "1.0 TFLOP/s (given)"
+    assert Peak(5e9, "", "", "given").describe() == "5.0 GFLOP/s (given)"
+    assert Peak(999e9, "", "", "given").describe() == "999.0 GFLOP/s (given)"
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Peak(1e12, "", "", "given").flops = 2e12  # type: ignore[misc]

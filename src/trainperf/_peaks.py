@@ -133,7 +133,7 @@ def device_row(device_name: str) -> str | None:
     """The table's row for a device named as ``torch`` names it, else ``None`` (unknown, a MIG slice,
     or a name two rows could mean)."""
     name = device_name.lower()
-    if " mig " in f" {name} " or re.search(r"\bmig\b", name):  # a slice's peak is a share we cannot see
+    if re.search(r"\bmig\b", name):  # a slice's peak is a share we cannot see
         return None
     name = re.sub(r"\b(nvidia|geforce|tesla)\b", " ", name)
     name = re.sub(r"[-_]", " ", name)
