@@ -151,3 +151,49 @@ def test_activation_checkpointings_re_run_is_left_out_of_the_models_flops_and_sa
     forward = 2 * 8 * 32 * 64 * (2 if reentrant else 1)
     assert len(notes) == 1 and f"re-runs {forward:.4g} FLOPs per step" in notes[0]
     assert f"hardware FLOPs {plain[0] + forward:.4g}" in notes[0]
+
+
+def test_the_second_step_is_the_one_counted_and_the_counters_hooks_go_when_it_ends():
+    from torch.nn.modules import module as nn_module
+
+    clock = FakeClock()
+    lst, memory = listener(clock)
+    counter = StepFlopCounter(lst, torch.device("cpu"), "fp32")
+    model = torch.nn.Linear(16, 16)
+    hooks_before = (len(nn_module._global_forward_pre_hooks), len(nn_module._global_forward_hooks))
+    for rows in (2, 8, 4, 4):  # the first step differs from the second, the second from the rest
+        counter.begin()
+        model(torch.randn(rows, 16)).sum().backward()
+        counter.end()
+        clock.advance(0.01)
+        lst.record_iteration(samples=rows)
+    assert [r.flops_per_step for r in memory.records] == [2 * 2 * 8 * 16 * 16] * 2  # forward and weight grad
+    assert (len(nn_module._global_forward_pre_hooks), len(nn_module._global_forward_hooks)) == hooks_before
+
+
+def test_known_flops_say_nothing_of_checkpointing_and_devices_off_the_table_are_not_looked_up():
+    clock = FakeClock()
+    lst, memory = listener(clock)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no note at all
+        StepFlopCounter(lst, torch.device("cpu"), "fp32", known=4e9)
+        for device, fmt in ((torch.device("xpu"), "bf16"), (None, "bf16"), (torch.device("meta"), None)):
+            other, _ = listener(FakeClock())
+            StepFlopCounter(other, device, fmt, known=1e9)
+        for _ in range(2):
+            clock.advance(0.01)
+            lst.record_iteration(samples=1)
+    assert memory.records[-1].flops_per_step == 4e9 and memory.records[-1].mfu is None
+
+
+def test_only_float32_on_cuda_turns_into_tf32():
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert device_format(torch.float64, CUDA) == "fp64"
+        assert device_format(torch.float16, CUDA) == "fp16"
+        assert device_format(torch.float32, torch.device("xpu")) == "fp32"
+        torch.set_float32_matmul_precision("medium")
+        assert device_format(torch.float32, CUDA) == "tf32"
+    finally:
+        torch.set_float32_matmul_precision(before)
