@@ -197,3 +197,36 @@ def test_only_float32_on_cuda_turns_into_tf32():
         assert device_format(torch.float32, CUDA) == "tf32"
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+def test_a_re_run_counts_the_products_a_module_makes_itself_after_its_children():
+    from torch.utils.checkpoint import checkpoint
+
+    class Mixed(torch.nn.Module):  # a child's product, then one of its own
+        def __init__(self) -> None:
+            super().__init__()
+            self.child = torch.nn.Linear(16, 16)
+            self.weight = torch.nn.Parameter(torch.randn(16, 16))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.child(x)) @ self.weight
+
+    def flops(checkpointed: bool) -> float:
+        torch.manual_seed(0)
+        mixed, head = Mixed(), torch.nn.Linear(16, 1)
+        clock = FakeClock()
+        lst, memory = listener(clock)
+        counter = StepFlopCounter(lst, torch.device("cpu"), "fp32")
+        x = torch.randn(4, 16, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(2):
+                counter.begin()
+                h = checkpoint(mixed, x, use_reentrant=True) if checkpointed else mixed(x)
+                head(h).sum().backward()
+                counter.end()
+                clock.advance(0.01)
+                lst.record_iteration(samples=4)
+        return memory.records[-1].flops_per_step
+
+    assert flops(True) == flops(False)
