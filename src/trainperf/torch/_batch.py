@@ -31,6 +31,9 @@ def _map(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     return obj
 
 
+_NO_TOKENS = frozenset({tuple, list, torch.Tensor})
+
+
 def batch_tokens(batch: Any) -> int | None:
     """The real tokens of a batch of token ids, read on the host without waiting for a device.
 
@@ -39,7 +42,7 @@ def batch_tokens(batch: Any) -> int | None:
     else, and for a mask that is already on a device: summing it there and reading the sum would wait
     for the device (count such batches with the ``tokens=`` option).
     """
-    if not isinstance(batch, Mapping):
+    if type(batch) in _NO_TOKENS or not isinstance(batch, Mapping):  # the common pairs at once
         return None
     mask = batch.get("attention_mask")
     if isinstance(mask, torch.Tensor):
