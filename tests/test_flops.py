@@ -230,3 +230,14 @@ def test_a_re_run_counts_the_products_a_module_makes_itself_after_its_children()
         return memory.records[-1].flops_per_step
 
     assert flops(True) == flops(False)
+
+
+def test_a_frameworks_step_format_is_its_mixed_precision_else_its_parameters():
+    from trainperf.torch._flops import step_format
+
+    model = torch.nn.Linear(2, 2)
+    assert step_format("bf16", model, CUDA) == "bf16"
+    assert step_format(None, model, torch.device("cpu")) == "fp32"
+    assert step_format(None, model.half(), CUDA) == "fp16"
+    assert step_format("bf16", model, None) is None  # no device: nothing to price
+    assert step_format(None, object(), CUDA) is None and step_format(None, torch.nn.ReLU(), CUDA) is None

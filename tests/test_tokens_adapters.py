@@ -40,6 +40,25 @@ class TinyLM(torch.nn.Module):
         return (loss * attention_mask.flatten()).sum() / attention_mask.sum()
 
 
+def lightning_lm(pl, **attributes):  # type: ignore[no-untyped-def]
+    """A LightningModule training TinyLM on dict batches, with class ``attributes`` set on it."""
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = TinyLM()
+
+        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+            return self.lm(**batch)
+
+        def configure_optimizers(self):  # type: ignore[no-untyped-def]
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    for name, value in attributes.items():
+        setattr(Module, name, value)
+    return Module
+
+
 def test_batch_tokens_counts_the_mask_else_the_ids_and_nothing_it_cannot_read_on_the_host():
     batch = padded_batches(1)[0]
     assert batch_tokens(batch) == int(batch["attention_mask"].sum())
@@ -110,16 +129,7 @@ def test_lightning_gives_each_iteration_the_tokens_of_the_batches_it_trained_on_
     pl = pytest.importorskip("pytorch_lightning")
     from trainperf.lightning import PerformanceCallback
 
-    class Module(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lm = TinyLM()
-
-        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
-            return self.lm(**batch)
-
-        def configure_optimizers(self):  # type: ignore[no-untyped-def]
-            return torch.optim.SGD(self.parameters(), lr=0.1)
+    Module = lightning_lm(pl)
 
     data = padded_batches(24, seed=3)
     real = [int(b["attention_mask"].sum()) for b in data]
@@ -144,16 +154,7 @@ def test_lightning_counts_each_epoch_from_its_own_first_batch_when_a_limit_cuts_
     pl = pytest.importorskip("pytorch_lightning")
     from trainperf.lightning import PerformanceCallback
 
-    class Module(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lm = TinyLM()
-
-        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
-            return self.lm(**batch)
-
-        def configure_optimizers(self):  # type: ignore[no-untyped-def]
-            return torch.optim.SGD(self.parameters(), lr=0.1)
+    Module = lightning_lm(pl)
 
     data = padded_batches(24, seed=5)
     real = [int(b["attention_mask"].sum()) for b in data]
@@ -176,17 +177,7 @@ def test_lightning_counts_flops_per_step_as_flop_counter_mode_does_and_gives_mfu
 
     from trainperf.lightning import PerformanceCallback
 
-    class Module(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            torch.manual_seed(0)
-            self.lm = TinyLM()
-
-        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
-            return self.lm(**batch)
-
-        def configure_optimizers(self):  # type: ignore[no-untyped-def]
-            return torch.optim.SGD(self.parameters(), lr=0.1)
+    Module = lightning_lm(pl)
 
     data = padded_batches(12, seed=9)
     reference_model = TinyLM()
@@ -214,18 +205,7 @@ def test_lightning_takes_a_modules_flops_per_batch_times_the_batches_per_step_an
 
     monkeypatch.setattr(flop_counter, "FlopCounterMode", lambda *a, **k: pytest.fail("counted"))
 
-    class Module(pl.LightningModule):
-        flops_per_batch = 5e6  # Lightning's convention (ThroughputMonitor reads it)
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.lm = TinyLM()
-
-        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
-            return self.lm(**batch)
-
-        def configure_optimizers(self):  # type: ignore[no-untyped-def]
-            return torch.optim.SGD(self.parameters(), lr=0.1)
+    Module = lightning_lm(pl, flops_per_batch=5e6)  # Lightning's convention (ThroughputMonitor reads it)
 
     memory = MemorySink()
     trainer = pl.Trainer(max_epochs=1, callbacks=[PerformanceCallback(3, sinks=[memory], report_hardware=False)],

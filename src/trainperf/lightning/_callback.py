@@ -36,7 +36,7 @@ from .._timeline import DeviceTimeline
 from ..sinks import LoggerSink, Sink
 from ..sinks._base import FanOut, describe, on_training_thread
 from ..torch import _loop_hooks as loop_hooks
-from ..torch._flops import StepFlopCounter, device_format
+from ..torch._flops import StepFlopCounter, step_format
 from ..torch.shared import (
     batch_size,
     join_cluster,
@@ -478,15 +478,6 @@ def _lightning_flops(trainer: Any, pl_module: Any) -> float | None:
 
 def _number_format(trainer: Any, pl_module: Any, device: Any) -> str | None:
     """What a step computes in: Lightning's precision setting, else the parameters' dtype."""
-    if device is None:
-        return None
     precision = str(getattr(trainer, "precision", ""))
-    if precision.startswith("bf16"):
-        return "bf16"
-    if precision.startswith("16"):
-        return "fp16"
-    try:
-        dtype = next(pl_module.parameters()).dtype
-    except (AttributeError, StopIteration, TypeError):
-        return None
-    return device_format(dtype, device)
+    mixed = "bf16" if precision.startswith("bf16") else "fp16" if precision.startswith("16") else None
+    return step_format(mixed, pl_module, device)

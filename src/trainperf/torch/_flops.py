@@ -19,7 +19,7 @@ import torch
 from .._listener import PerformanceListener
 from .._peaks import find_peak, number_format
 
-__all__ = ["StepFlopCounter", "device_format", "format_in_use"]
+__all__ = ["StepFlopCounter", "device_format", "format_in_use", "step_format"]
 
 #: The optimizer step whose FLOPs are counted (1-based).
 COUNTED_STEP = 2
@@ -32,6 +32,20 @@ def format_in_use(param: torch.Tensor) -> str | None:
     if torch.is_autocast_enabled(device.type):
         return device_format(torch.get_autocast_dtype(device.type), device)
     return device_format(param.dtype, device)
+
+
+def step_format(mixed: str | None, model: Any, device: torch.device | None) -> str | None:
+    """The number format of a framework's step: its mixed precision (``"bf16"``, ``"fp16"``) when
+    set, else the model's parameters' dtype on ``device`` (see :func:`device_format`)."""
+    if device is None:
+        return None
+    if mixed is not None:
+        return mixed
+    try:
+        dtype = next(model.parameters()).dtype
+    except (AttributeError, StopIteration, TypeError):
+        return None
+    return device_format(dtype, device)
 
 
 def device_format(dtype: Any, device: torch.device) -> str | None:

@@ -29,7 +29,7 @@ from .._listener import PerformanceListener
 from .._record import PerformanceRecord
 from ..sinks._metrics import scalar_metrics
 from ..torch import _loop_hooks as loop_hooks
-from ..torch._flops import StepFlopCounter, device_format
+from ..torch._flops import StepFlopCounter, step_format
 from ..torch.shared import batch_size, join_cluster, token_counter, use_model_device
 
 __all__ = ["PerformanceCallback"]
@@ -223,17 +223,8 @@ class PerformanceCallback(TrainerCallback):
 
 def _number_format(args: Any, model: Any, device: Any) -> str | None:
     """What the step computes in: the Trainer's mixed precision, else the parameters' dtype."""
-    if device is None:
-        return None
-    if getattr(args, "bf16", False):
-        return "bf16"
-    if getattr(args, "fp16", False):
-        return "fp16"
-    try:
-        dtype = next(model.parameters()).dtype
-    except (AttributeError, StopIteration, TypeError):
-        return None
-    return device_format(dtype, device)
+    mixed = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else None
+    return step_format(mixed, model, device)
 
 
 def _device_of(model: Any) -> Any:
