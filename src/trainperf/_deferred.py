@@ -27,7 +27,6 @@ class StepFlops:
 
     per_step: float | None
     peak: Peak | None
-    counted: bool = False  # by FlopCounterMode over a real step, rather than given
 
 
 @dataclass(slots=True)

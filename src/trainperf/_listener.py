@@ -293,7 +293,7 @@ class PerformanceListener:
         if recomputed > 0 and given is None and flops is not None:
             self._notices.once(f"activation checkpointing re-runs {recomputed:.4g} FLOPs per step: left out of "
                                f"the model's {flops:.4g} that MFU counts (hardware FLOPs {flops + recomputed:.4g})")
-        self._closer.flops = None if flops is None and peak is None else StepFlops(flops, peak, given is None)
+        self._closer.flops = None if flops is None and peak is None else StepFlops(flops, peak)
 
     def add_advisor(self, advisor: Advisor) -> None:
         """Register a function that, given a bad verdict's kind, names fixes it can see (adapters use this)."""
@@ -454,9 +454,7 @@ class PerformanceListener:
         if score is not None:
             self._open.score = score
         if tokens is not None:
-            window = self._open
-            window.tokens += tokens
-            window.tokens_counted += 1
+            self._open.add_tokens(tokens)
         count = self._count + 1
         self._count = count
         if count < self._next_report:
@@ -485,9 +483,7 @@ class PerformanceListener:
                 started += self._user_clock.shift
             return self.record_iteration(samples, batches, etl, None, started, other, steps, skipped, tokens)
         if tokens is not None:
-            window = self._open
-            window.tokens += tokens
-            window.tokens_counted += 1
+            self._open.add_tokens(tokens)
         count = self._count + 1
         self._count = count
         if count < self._next_report:

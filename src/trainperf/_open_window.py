@@ -24,7 +24,7 @@ class OpenWindow:
         score: the latest loss given in it (read only when it is reported).
     """
 
-    __slots__ = ("start", "entries", "first_iteration", "end", "warmup", "score", "tokens", "tokens_counted",
+    __slots__ = ("start", "entries", "first_iteration", "end", "warmup", "score", "_tokens", "_tokens_counted",
                  "_times", "_samples", "_excluded")
 
     def __init__(self) -> None:
@@ -34,8 +34,8 @@ class OpenWindow:
         self.end = 0
         self.warmup = True
         self.score: Any = None
-        self.tokens = 0  # the real tokens of the iterations that counted theirs
-        self.tokens_counted = 0  # how many iterations did
+        self._tokens = 0  # the real tokens of the iterations that counted theirs
+        self._tokens_counted = 0  # how many iterations did
         self._times: dict[str, float] = {}
         self._samples: dict[str, list[float]] = {}  # per-iteration values of add_sample
         self._excluded: dict[int, float] = {}  # iteration index -> host seconds left out before it
@@ -45,7 +45,7 @@ class OpenWindow:
         self.start = now
         self.entries = []
         self.score = None
-        self.tokens = self.tokens_counted = 0
+        self._tokens = self._tokens_counted = 0
         self.end = count + frequency
         self.first_iteration = count + 1
         self.warmup = first
@@ -55,9 +55,14 @@ class OpenWindow:
         """When the last iteration recorded in it ended (its start while there is none)."""
         return self.entries[-1][0] if self.entries else self.start
 
+    def add_tokens(self, tokens: int) -> None:
+        """One iteration's real tokens (called only for iterations that counted them)."""
+        self._tokens += tokens
+        self._tokens_counted += 1
+
     def window_tokens(self, iterations: int) -> int | None:
         """The window's real tokens when each of its ``iterations`` counted them, else ``None``."""
-        return self.tokens if iterations and self.tokens_counted == iterations else None
+        return self._tokens if iterations and self._tokens_counted == iterations else None
 
     def add_time(self, name: str, seconds: float) -> None:
         times = self._times

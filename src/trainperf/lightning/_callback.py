@@ -21,20 +21,16 @@ the next: the loop's own hooks, ``on_train_epoch_end`` and anything else done at
 from __future__ import annotations
 
 import collections
-import inspect
 import threading
-import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .._gc import fetch_wait
-from .._listener import PerformanceListener
-from .._options import checked_sinks
+from .._runs import RunListeners, check_options
 from .._timeline import DeviceTimeline
 from ..sinks import LoggerSink, Sink
-from ..sinks._base import FanOut, describe, on_training_thread
 from ..torch import _loop_hooks as loop_hooks
 from ..torch._flops import StepFlopCounter, step_format
 from ..torch.shared import (
@@ -56,12 +52,6 @@ else:
 
 __all__ = ["PerformanceCallback"]
 
-#: The listener's keyword options, which the callback passes on (``frequency`` is its first argument).
-_LISTENER_OPTIONS = frozenset(
-    name for name, p in inspect.signature(PerformanceListener).parameters.items() if p.kind is p.KEYWORD_ONLY
-)
-
-
 class _TimedFetch:
     """Wraps one of the fetcher's profiler callables to time the span between them."""
 
@@ -80,34 +70,6 @@ class _TimedFetch:
             owner._add_fetch(owner._fetch_started, owner._clock())
             owner._fetch_started = None
         self.inner()
-
-
-class _Lent:
-    """A user's sink lent to one fit's listener: that listener's ``close()`` leaves it open (the
-    callback's next fit writes to it too); :meth:`PerformanceCallback.close` closes it."""
-
-    __slots__ = ("sink",)
-
-    def __init__(self, sink: Sink) -> None:
-        self.sink = sink
-
-    def __call__(self, record: Any) -> None:
-        self.sink(record)
-
-    @property
-    def on_training_thread(self) -> bool:
-        return on_training_thread(self.sink)
-
-    def close(self) -> None:
-        return None
-
-    def __repr__(self) -> str:
-        return describe(self.sink)
-
-
-def _close_sinks(sinks: list[Sink]) -> None:
-    FanOut(sinks, strict=False).close()
-    sinks.clear()
 
 
 class PerformanceCallback(_CallbackBase):
@@ -136,40 +98,26 @@ class PerformanceCallback(_CallbackBase):
         timeline_factory: Callable[[Any], DeviceTimeline] | None = None,
         **options: Any,
     ) -> None:
-        unknown = set(options) - set(_LISTENER_OPTIONS)
-        if unknown:
-            name = sorted(unknown)[0]
-            raise TypeError(f"PerformanceCallback got an unexpected keyword argument {name!r}")
+        check_options(options)
         if not isinstance(log_to_loggers, bool):
             raise TypeError(f"log_to_loggers must be a bool, got {log_to_loggers!r}")
         if timeline_factory is not None and not callable(timeline_factory):
             raise TypeError(f"timeline_factory must be callable or None, got {timeline_factory!r}")
         self._timeline_factory = timeline_factory
         super().__init__()
-        self._frequency = frequency
-        self._options = dict(options)
-        # The user's sinks serve every fit: each fit's listener gets them lent, and closing it leaves
-        # them open; close() (or the callback's end, or the interpreter's) closes them.
-        self._sinks: list[Sink] | None = None if options.get("sinks") is None else checked_sinks(options["sinks"])
-        self._lent = None if self._sinks is None else [_Lent(sink) for sink in self._sinks]
-        self._options.pop("sinks", None)
+        # The user's sinks serve every fit: each fit's listener gets them lent (see _runs).
+        self._runs = RunListeners(self, frequency, options)
         self.log_to_loggers = log_to_loggers
-        self.listener = self._new_listener()
-        if self._sinks is not None:
-            weakref.finalize(self, _close_sinks, self._sinks)
+        self.listener = self._runs.new()
         self._clock = self.listener.clock
         self._reset_state()
-
-    def _new_listener(self) -> PerformanceListener:
-        return PerformanceListener(self._frequency, **self._options, sinks=self._lent)
 
     def close(self) -> None:
         """Close the sinks given to the callback (each fit leaves them open for the next). Idempotent;
         it also happens when the callback is collected or the interpreter exits."""
         if not self.listener.closed:
             self.listener.close()
-        if self._sinks is not None:
-            _close_sinks(self._sinks)
+        self._runs.close()
 
     def _reset_state(self) -> None:
         self._open = False
@@ -210,7 +158,7 @@ class PerformanceCallback(_CallbackBase):
         if stage != "fit":
             return
         if self.listener.closed:
-            self.listener = self._new_listener()
+            self.listener = self._runs.new()
             self._clock = self.listener.clock
         self._reset_state()
         self._trainer = trainer

@@ -3,6 +3,7 @@ setting a listener up for the model's device, the process rank, loader advice an
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -46,8 +47,6 @@ def token_counter(listener: PerformanceListener) -> Callable[[Any], int | None]:
             if n is None or (type(n) is int and n >= 0):
                 return n
             broken.append(f"returned {n!r}, not a non-negative int or None")
-        import warnings
-
         warnings.warn(f"trainperf: the tokens= function {broken[0]}; tokens are not counted from now on",
                       RuntimeWarning, stacklevel=2)
         return None

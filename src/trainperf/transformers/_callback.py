@@ -16,7 +16,6 @@ callbacks, which would otherwise run before it.
 from __future__ import annotations
 
 import collections
-import inspect
 import sys
 import threading
 from collections.abc import Callable
@@ -25,8 +24,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 from .._check import check_bool
-from .._listener import PerformanceListener
 from .._record import PerformanceRecord
+from .._runs import RunListeners, check_options
 from ..sinks._metrics import scalar_metrics
 from ..torch import _loop_hooks as loop_hooks
 from ..torch._flops import StepFlopCounter, step_format
@@ -34,10 +33,6 @@ from ..torch.shared import batch_size, join_cluster, token_counter, use_model_de
 
 __all__ = ["PerformanceCallback"]
 
-#: The listener's keyword options, which the callback passes on (``frequency`` is its first argument).
-_LISTENER_OPTIONS = frozenset(
-    name for name, p in inspect.signature(PerformanceListener).parameters.items() if p.kind is p.KEYWORD_ONLY
-)
 #: How far up the call stack the Trainer is looked for when the callback is set up.
 _FRAMES = 8
 
@@ -57,13 +52,11 @@ class PerformanceCallback(TrainerCallback):
     """
 
     def __init__(self, frequency: int = 1, *, log_to_trainer: bool = True, **options: Any) -> None:
-        unknown = sorted(set(options) - _LISTENER_OPTIONS)
-        if unknown:
-            raise TypeError(f"PerformanceCallback got unknown options {unknown}; it takes the listener's: "
-                            f"{', '.join(sorted(_LISTENER_OPTIONS))}")
-        self._frequency, self._options = frequency, options
+        check_options(options)
         self.log_to_trainer = check_bool("log_to_trainer", log_to_trainer)
-        self.listener = PerformanceListener(frequency, **options)
+        # The user's sinks serve every train(): each one's listener gets them lent (see _runs).
+        self._runs = RunListeners(self, frequency, options)
+        self.listener = self._runs.new()
         self._logged: PerformanceRecord | None = None
         self._trainer: Any = None
         self._reset()
@@ -123,8 +116,8 @@ class PerformanceCallback(TrainerCallback):
         trainer.get_batch_samples = get_batch_samples
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if self.listener.closed:  # a second train() of the same Trainer
-            self.listener = PerformanceListener(self._frequency, **self._options)
+        if self.listener.closed:  # a second train()
+            self.listener = self._runs.new()
         self._reset()
         listener = self.listener
         device = _device_of(model)
@@ -217,8 +210,11 @@ class PerformanceCallback(TrainerCallback):
         self.listener.close()
 
     def close(self) -> None:
-        """Close the listener and remove the loader hooks (a training that ended closes them already)."""
+        """Close the listener, remove the loader hooks (a training that ended has done both) and close
+        the sinks given to the callback (each training leaves them open for the next). Idempotent;
+        it also happens when the callback is collected or the interpreter exits."""
         self._stop()
+        self._runs.close()
 
 
 def _number_format(args: Any, model: Any, device: Any) -> str | None:
