@@ -248,3 +248,23 @@ def test_the_format_in_use_follows_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert format_in_use(param) == "bf16"
     assert format_in_use(param.half()) == "fp16"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_attach_windows_that_straddle_an_epochs_edge_count_each_batch_once(workers):
+    data = padded_batches(12, seed=11)
+    real = [int(b["attention_mask"].sum()) for b in data] * 2
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    memory = MemorySink()
+    listener = PerformanceListener(5, sinks=[memory], report_hardware=False)
+    attach(model, listener)
+    loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers)
+    for _ in range(2):
+        for batch in loader:
+            opt.zero_grad()
+            model(**batch).backward()
+            opt.step()
+    listener.close()
+    assert [r.tokens for r in memory.records] == [sum(real[k:k + 5]) for k in range(0, 24, 5)]
+    assert [r.samples for r in memory.records] == [20, 20, 20, 20, 16]
