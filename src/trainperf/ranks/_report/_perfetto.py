@@ -36,8 +36,9 @@ def spans_left_out(rank: Rank) -> int:
 
 def trace_events(rank: Rank, start: float, silent_since: float | None = None) -> Iterator[dict[str, Any]]:
     """One rank's events, one at a time: metadata naming the process and threads, a complete (``X``)
-    event per report window and per timeline span (at most :data:`MAX_SPANS_PER_RANK`), ``ts``/``dur``
-    in microseconds since ``start`` on aligned time.
+    event per report window and per timeline span (at most :data:`MAX_SPANS_PER_RANK`), each
+    iteration's spans under a ``ProfilerStep#<iteration>`` event (how Holistic Trace Analysis finds
+    iterations), ``ts``/``dur`` in microseconds since ``start`` on aligned time.
 
     Args:
         rank: a loaded, aligned rank.
@@ -62,10 +63,17 @@ def trace_events(rank: Rank, start: float, silent_since: float | None = None) ->
                "name": f"iterations {first}-{int(w['iteration'][k])}", "ts": _us(t1 - ws - start),
                "dur": _us(ws), "args": args}
     kept = min(len(rank.span_t), MAX_SPANS_PER_RANK)
-    for j in range(kept):
-        yield {"ph": "X", "pid": pid, "tid": STEPS_TID, "cat": "step",
-               "name": SPAN_PHASES[rank.span_phase[j]], "ts": _us(rank.span_t[j] - start),
-               "dur": _us(rank.span_d[j]), "args": {"iteration": rank.span_iter[j]}}
+    j = 0
+    while j < kept:
+        iteration, k = rank.span_iter[j], j
+        while k < kept and rank.span_iter[k] == iteration:  # the timeline is written in iteration order
+            k += 1
+        steps = [{"ph": "X", "pid": pid, "tid": STEPS_TID, "cat": "step", "name": SPAN_PHASES[rank.span_phase[n]],
+                  "ts": _us(rank.span_t[n] - start), "dur": _us(rank.span_d[n]), "args": {"iteration": iteration}}
+                 for n in range(j, k)]
+        yield _profiler_step(pid, iteration, steps)
+        yield from steps
+        j = k
     if kept < len(rank.span_t):
         yield {"ph": "i", "s": "t", "pid": pid, "tid": STEPS_TID, "name": "spans left out",
                "ts": _us(rank.span_t[kept] - start),
@@ -74,6 +82,15 @@ def trace_events(rank: Rank, start: float, silent_since: float | None = None) ->
     if silent_since is not None:
         yield {"ph": "i", "s": "p", "pid": pid, "tid": WINDOWS_TID, "name": "silent",
                "ts": _us(silent_since - start)}
+
+
+def _profiler_step(pid: int, iteration: int, steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The iteration as PyTorch's profiler marks it: Holistic Trace Analysis gives each event the
+    iteration of the ``ProfilerStep#<n>`` that holds its ``ts``, so it spans all of ``steps``."""
+    ts = min(e["ts"] for e in steps)
+    end = max(e["ts"] + e["dur"] for e in steps)
+    return {"ph": "X", "pid": pid, "tid": STEPS_TID, "cat": "user_annotation", "name": f"ProfilerStep#{iteration}",
+            "ts": ts, "dur": round(end - ts, 3), "args": {"iteration": iteration}}
 
 
 @dataclass
@@ -118,14 +135,19 @@ def _other(ranks: Sequence[Rank], rank: int, world_size: int, start: float) -> d
     if left_out:
         other["spans_left_out"] = left_out
         other["spans_kept_per_rank"] = MAX_SPANS_PER_RANK
-    return {"displayTimeUnit": "ms", "distributedInfo": {"backend": "unknown", "rank": rank, "world_size": world_size},
-            "otherData": other}
+    return {"distributedInfo": {"backend": "unknown", "rank": rank, "world_size": world_size},
+            "displayTimeUnit": "ms", "otherData": other}
 
 
 def write_trace(trace: Trace, file: IO[str]) -> None:
-    """``trace`` as compact Chrome trace JSON, written event by event (never whole in memory)."""
+    """``trace`` as Chrome trace JSON, written event by event (never whole in memory). Its other keys
+    come first, on a line of their own, spaced as PyTorch writes them: Holistic Trace Analysis finds
+    a file's rank with the pattern ``"rank":\\s+(\\d+)`` on its first matching line. Events are compact
+    (no ``"rank": n`` among them)."""
     encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-    file.write('{"traceEvents":[')
+    spaced = json.JSONEncoder(separators=(", ", ": "), allow_nan=False).encode
+    file.write("{" + "".join(f"{spaced(key)}: {spaced(value)}, " for key, value in trace.other.items()))
+    file.write('\n"traceEvents":[')
     batch: list[str] = []
     first = True
     for event in trace.events:
@@ -135,7 +157,4 @@ def write_trace(trace: Trace, file: IO[str]) -> None:
             first, batch = False, []
     if batch:
         file.write(("" if first else ",") + ",".join(batch))
-    file.write("]")
-    for key, value in trace.other.items():
-        file.write(f",{encode(key)}:{encode(value)}")
-    file.write("}")
+    file.write("]}\n")
