@@ -9,7 +9,8 @@ import pytest
 #: The modules of the ``test`` extra that tests skip without. In CI (``TRAINPERF_REQUIRE_TEST_DEPS=1``,
 #: set by ``.ci/run``) a missing one is an error: a test that skips there is a test that never runs.
 TEST_MODULES = ("torch", "pytorch_lightning", "lightning", "hypothesis", "pandas", "matplotlib", "pyspark",
-                "perfetto", "psutil", "tensorboard", "tqdm", "pynvml", "transformers", "accelerate")
+                "perfetto", "psutil", "tensorboard", "tqdm", "pynvml", "transformers", "accelerate",
+                "hta")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -8,6 +8,7 @@ from ._peaks import peak_flops
 from ._record import SCHEMA_VERSION, GCStat, PerformanceRecord, Verdict
 from ._summary import RunSummary
 from ._timeline import DeviceTimeline
+from .profile import CaptureRule
 from .ranks._copy import run_dir_files, write_run_dir_files
 from .ranks._report import build_report
 from .sinks import LoggingSink, MemorySink, RunDirSink, Sink, SinkError
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "SCHEMA_VERSION",
     "BottleneckWarning",
+    "CaptureRule",
     "Check",
     "DeviceTimeline",
     "DoctorReport",

@@ -139,6 +139,7 @@ def build_window_record(
         hw("cpu_pct"),  # cpu_pct
         hw("workers_cpu_pct"),  # workers_cpu_pct
         hw("rss_mb"),  # rss_mb
+        host.capture,  # capture
         verdict,  # verdict
         dict(host.times),  # extra
     )

@@ -17,6 +17,7 @@ from ._readings import HostReadings
 from ._record import PerformanceRecord
 from ._timeline import DeviceTimeline, DeviceWindow
 from ._window import WindowEntry, window_figures
+from .profile._capture import Capture
 from .ranks._spans import RunDirLink
 
 __all__: list[str] = []
@@ -40,10 +41,11 @@ class WindowCloser:
     Attributes:
         pending: the device clock and the closed windows waiting for it.
         flops: the model's FLOPs per optimizer step and the device's peak, for MFU (``None``: unknown).
+        capture: the profiler captures each published window may trigger (``None``: no ``profile_dir``).
     """
 
     __slots__ = ("own", "readings", "publisher", "notices", "emitter", "run_dir", "wall_clock", "verdict",
-                 "pending", "flops")
+                 "pending", "flops", "capture")
 
     def __init__(self, own: OwnTime, readings: HostReadings, publisher: Publisher, notices: Notices,
                  emitter: Emitter, run_dir: RunDirLink | None, wall_clock: Callable[[], float], *,
@@ -52,11 +54,12 @@ class WindowCloser:
         self.emitter, self.run_dir, self.wall_clock, self.verdict = emitter, run_dir, wall_clock, verdict
         self.pending = PendingWindows()
         self.flops: StepFlops | None = None  # the FLOPs per step and the peak, once known
+        self.capture: Capture | None = None
 
     def use(self, timeline: DeviceTimeline | None) -> None:
         """Measure with ``timeline`` from now on; the windows that waited for the previous one are
         published first, after waiting for it once."""
-        self._publish_all(self.pending.use(timeline))
+        self._publish_all(self.pending.use(timeline), None)
 
     def close(self, window: OpenWindow, last: WindowEntry, count: int, who: tuple[int | None, int | None, int | None],
               source: str) -> PerformanceRecord | None:
@@ -98,9 +101,14 @@ class WindowCloser:
             excluded=window.take_excluded(count, figures.iterations),
             tokens=window.window_tokens(figures.iterations),
             flops=self.flops,
+            capture=None if self.capture is None else self.capture.path_in(window.first_iteration, count),
         )
         pending = self.pending
-        record = self._publish(host, None) if pending.timeline is None else self._publish_all(pending.add(host))
+        record: PerformanceRecord | None
+        if pending.timeline is None:
+            record = self._publish(host, None, count)
+        else:
+            record = self._publish_all(pending.add(host), count)
         if self.run_dir is not None:  # the window's host spans, once its iterations are known
             self.emitter.submit(self.run_dir.spans_task(window_start, entries, count, self.own.clock.shift))
         return record
@@ -122,12 +130,12 @@ class WindowCloser:
 
     def finish(self) -> None:
         """Publish every window still waiting, after waiting for the device once (training restarts)."""
-        self._publish_all(self.pending.drain())
+        self._publish_all(self.pending.drain(), None)
 
     def _publish_timed(self, done: _Done, window: OpenWindow, count: int, *, on_cuda: bool) -> PerformanceRecord | None:
         began = self.own.begin()
         try:
-            record = self._publish_all(done)
+            record = self._publish_all(done, count)
         finally:
             self.own_end(window, count, began)
         self.say(on_cuda=on_cuda)
@@ -145,12 +153,17 @@ class WindowCloser:
         self.notices.on_cuda = on_cuda
         self.notices.say(user_stacklevel)
 
-    def _publish_all(self, done: _Done) -> PerformanceRecord | None:
+    def _publish_all(self, done: _Done, count: int | None) -> PerformanceRecord | None:
         record = None
         for host, device in done:
-            record = self._publish(host, device)
+            record = self._publish(host, device, count)
         return record
 
-    def _publish(self, host: HostWindow, device: DeviceWindow | None) -> PerformanceRecord:
+    def _publish(self, host: HostWindow, device: DeviceWindow | None, count: int | None) -> PerformanceRecord:
+        """Publish a window; with the iterations done so far (``count``; ``None`` when training
+        restarts), a capture may arm."""
         cpu = self.readings.cpu_load(host.hardware, host.figures) if device is None and self.verdict else None
-        return self.publisher.publish(host, device, cpu)
+        record = self.publisher.publish(host, device, cpu)
+        if self.capture is not None and count is not None:  # in trainperf's own time: not the loop's
+            self.capture.consider(record, count)
+        return record

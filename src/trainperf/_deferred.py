@@ -47,6 +47,7 @@ class HostWindow:
         times: the named parts the adapters timed (``add_time``), mean milliseconds per iteration.
         tokens: the window's real tokens, when every iteration counted them.
         flops: the model's FLOPs per optimizer step and the device's peak, when known.
+        capture: the profiler trace of a capture whose iterations overlap the window.
     """
 
     first_iteration: int
@@ -65,6 +66,7 @@ class HostWindow:
     hardware: dict[str, float | None] = field(default_factory=dict)
     tokens: int | None = None
     flops: StepFlops | None = None
+    capture: str | None = None
     excluded: tuple[float, ...] = ()
     times: dict[str, float] = field(default_factory=dict)
 

@@ -149,4 +149,15 @@ def format_line(record: PerformanceRecord) -> str:
         # the largest first, so that a reader of the line (and parse_log) has the share as well.
         share = f"{verdict.share:.0f}% at most: " if verdict.kind == "fine" else ""
         parts.append(f"verdict: {verdict.kind} ({share}{verdict.reason})")
+    if record.capture is not None:  # after the verdict, a field the parser passes over
+        parts.append(f"capture: {_capture_text(record.capture)}")
     return "; ".join(parts) + ";"
+
+
+def _capture_text(path: str) -> str:
+    """A trace's path as the line can hold it: its file name when the path holds what would end the
+    field (``;``) or the line."""
+    return path if not _UNSAFE_IN_PATH.search(path) else safe_name(path.replace("\\", "/").rsplit("/", 1)[-1])
+
+
+_UNSAFE_IN_PATH = re.compile(r"[\x00-\x1f\x7f\u2028\u2029;]")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import socket
@@ -23,7 +24,7 @@ from ._open_window import OpenWindow
 from ._options import ListenerOptions, TokenCounter, checked_sinks
 from ._own_time import OwnTime, UserClock
 from ._peaks import Peak
-from ._process import bad_iteration, env_rank, iteration_error, user_stacklevel
+from ._process import bad_iteration, env_int, env_rank, iteration_error, user_stacklevel
 from ._publish import Publisher
 from ._readings import HostReadings
 from ._record import PerformanceRecord
@@ -35,6 +36,8 @@ from ._verdict import (
     LOOP_BOUND_SHARE,
 )
 from ._window import WindowEntry
+from .profile._capture import Capture
+from .profile._rule import CaptureRule
 from .ranks._spans import RunDirLink
 from .sinks._base import Sink, SinkError, describe
 from .sinks._memory import MemorySink
@@ -123,6 +126,11 @@ class PerformanceListener:
             after the first otherwise); records then carry ``tflops_per_sec``.
         peak_flops: the device's dense peak FLOP/s, for ``mfu`` (otherwise taken from
             :func:`~trainperf.peak_flops` for the device and number format the adapters see).
+        profile_dir: when a window turns bad (see ``profile_rule``), profile the next iterations with
+            ``torch.profiler`` and write the trace under this folder (``docs/profiling.md``); the
+            record of each window the capture overlaps names the trace in ``capture``.
+        profile_rule: when to capture and how much (a :class:`~trainperf.CaptureRule`; its defaults
+            when ``None``).
 
     Example:
         >>> listener = PerformanceListener(10, report_gc=True)
@@ -160,12 +168,14 @@ class PerformanceListener:
         tokens: TokenCounter | None = None,
         flops_per_step: float | None = None,
         peak_flops: float | None = None,
+        profile_dir: str | os.PathLike[str] | None = None,
+        profile_rule: CaptureRule | None = None,
     ) -> None:
         options = ListenerOptions(
             frequency, report_score, report_gc, report_etl, report_iteration, report_time, report_sample,
             report_batch, strict, sink_thread, history, verdict, input_bound_share, gc_bound_share,
             loop_bound_share, rank, run_dir, cluster_every, cluster_timeout_s, report_hardware, tokens,
-            flops_per_step, peak_flops,
+            flops_per_step, peak_flops, profile_dir, profile_rule,
         )
         self.options = options
         self.frequency = options.frequency
@@ -220,8 +230,27 @@ class PerformanceListener:
             self._emitter.sinks.append(self._run_dir.sink)
         self._closer = WindowCloser(self._own, self._readings, self._publisher, self._notices, self._emitter,
                                     self._run_dir, wall_clock, verdict=self.verdict)
+        self._capture = self._closer.capture = self._open_capture(clock)
         self.set_flops()
         self._reset_window(started, first=True)
+
+    def _open_capture(self, clock: Callable[[], float]) -> Capture | None:
+        options = self.options
+        if options.profile_dir is None:
+            return None
+        run_dir = self._run_dir
+
+        def who() -> tuple[int | None, int | None, str]:
+            world = run_dir.sink.world_size if run_dir is not None else env_int("WORLD_SIZE")
+            name = f"rank{self.rank}" if self.rank is not None else f"{self.host}_{self.pid}"
+            return self.rank, world, name
+
+        def on_written(event: dict[str, Any]) -> None:
+            if run_dir is not None:
+                self._emitter.submit(functools.partial(run_dir.sink.event, event))
+
+        return Capture(options.profile_dir, options.profile_rule or CaptureRule(), clock=clock, who=who,
+                       on_written=on_written)
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -560,13 +589,23 @@ class PerformanceListener:
         window = self._open
         window.reset(now, self._count, self.frequency, first=first)
         self._append = window.entries.append  # bound once per window: the hot path's one call
-        # While windows wait for the device, every iteration takes the report path to poll it.
-        self._next_report = self._count + 1 if self._closer.pending else window.end
+        # While windows wait for the device, or a capture profiles, every iteration takes the report path.
+        self._next_report = self._count + 1 if self._closer.pending or self._capturing() else window.end
+
+    def _capturing(self) -> bool:
+        return self._capture is not None and self._capture.busy
 
     def _report(self, last: WindowEntry) -> PerformanceRecord | None:
         self._handover.left_unlocked()
         with self._lock:  # another thread's first call waits for a report to end
             window = self._open
+            capture = self._capture
+            if capture is not None and capture.busy:  # the iteration's end, for the profiler
+                began = self._own.begin()
+                try:
+                    capture.step(self._count, last[0])
+                finally:
+                    self._closer.own_end(window, self._count, began)
             closes = not (self._count < window.end or last[0] < window.start)
             timeline = self._timeline
             if timeline is not None:
@@ -579,7 +618,7 @@ class PerformanceListener:
                 # would have closed: it joins the next window instead.
                 window.entries.append((max(last[0], window.start), *last[1:]))
                 record = self._closer.poll(window, self._count, on_cuda=self.device is not None)
-                if not self._closer.pending:
+                if not self._closer.pending and not self._capturing():
                     self._next_report = window.end
                 return record
             return self._report_locked(last)
@@ -641,6 +680,11 @@ class PerformanceListener:
                 self._flush_unlocked()
             except Exception as exc:  # noqa: BLE001 - closing goes on; said below
                 failures.append(f"reporting the last window failed: {exc!r}")
+            if self._capture is not None:  # its traces written and said, their run directory events sent
+                try:
+                    self._capture.close(self._count)
+                except Exception as exc:  # noqa: BLE001
+                    failures.append(f"closing the profiler's capture failed: {exc!r}")
             self._closed = True
             self._owner = CLOSED
             self._emitter.flush()  # what the close callbacks (a cluster link) read has reached its sinks

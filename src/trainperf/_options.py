@@ -10,6 +10,7 @@ from typing import Any
 
 from ._check import check_bool, check_callable, check_int
 from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds
+from .profile._rule import CaptureRule
 from .sinks._base import Sink, describe
 from .sinks._logging import LoggingSink
 
@@ -52,6 +53,8 @@ class ListenerOptions:
     tokens: TokenCounter | None = None
     flops_per_step: float | None = None
     peak_flops: float | None = None
+    profile_dir: str | os.PathLike[str] | None = None
+    profile_rule: CaptureRule | None = None
     #: The three shares as the verdict's lines (derived from them).
     thresholds: Thresholds = field(init=False, repr=False, compare=False)
 
@@ -80,6 +83,11 @@ class ListenerOptions:
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
                     raise ValueError(f"{name} must be a positive, finite number of FLOPs (or None), got {value!r}")
                 object.__setattr__(self, name, float(value))
+        if self.profile_dir is not None and not isinstance(self.profile_dir, (str, os.PathLike)):
+            raise TypeError("profile_dir must be a path (str or os.PathLike) or None, got "
+                            f"{describe(self.profile_dir)}")
+        if self.profile_rule is not None and not isinstance(self.profile_rule, CaptureRule):
+            raise TypeError(f"profile_rule must be a trainperf.CaptureRule or None, got {describe(self.profile_rule)}")
         timeout = self.cluster_timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
             raise ValueError(f"cluster_timeout_s must be seconds in (0, 3600], got {timeout!r}")

@@ -37,6 +37,16 @@ def user_stacklevel() -> int:
     return 2
 
 
+def env_int(name: str) -> int | None:
+    """The environment variable ``name`` as a non-negative int, else ``None``."""
+    raw = os.environ.get(name)
+    try:
+        value = None if raw is None else int(raw)
+    except ValueError:
+        return None
+    return value if value is not None and value >= 0 else None
+
+
 def env_rank() -> int | None:
     """The ``RANK`` environment variable, else the rank of an initialised ``torch.distributed``
     process group when torch is already imported (never imported here), else ``None``."""

@@ -110,6 +110,7 @@ class PerformanceRecord:
     cpu_pct: float | None = field(default=None, metadata=_METRIC)
     workers_cpu_pct: float | None = field(default=None, metadata=_METRIC)
     rss_mb: float | None = field(default=None, metadata=_METRIC)
+    capture: str | None = None
     verdict: Verdict | None = None
     extra: dict[str, float] = field(default_factory=dict)
 

@@ -7,6 +7,7 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 
+from .._process import env_int
 from .._window import WindowEntry
 from ..sinks._base import SinkError, describe
 from ._sink import RunDirSink
@@ -70,7 +71,7 @@ class RunDirLink:
         if run_dir is None:
             return None
         rank = 0 if rank is None else rank
-        local_rank, world_size = _env_int("LOCAL_RANK"), _env_int("WORLD_SIZE")
+        local_rank, world_size = env_int("LOCAL_RANK"), env_int("WORLD_SIZE")
         sink = RunDirSink(run_dir, rank=rank, local_rank=local_rank, wall_clock=wall_clock,
                           world_size=world_size if world_size is not None and world_size > rank else None)
         return cls(sink, wall_clock() - clock())
@@ -110,12 +111,3 @@ class RunDirLink:
         except Exception as exc:  # noqa: BLE001 - the timeline must never stop training
             warnings.warn(f"trainperf could not write the timeline of {describe(sink)}: {describe(exc)}", SinkError,
                           stacklevel=3)
-
-
-def _env_int(name: str) -> int | None:
-    raw = os.environ.get(name)
-    try:
-        value = None if raw is None else int(raw)
-    except ValueError:
-        return None
-    return value if value is not None and value >= 0 else None

@@ -29,7 +29,7 @@ class _FallbackHandler(logging.StreamHandler):  # type: ignore[type-arg]
         super().emit(record)
 
 
-def _ensure_visible(logger: logging.Logger) -> None:
+def ensure_visible(logger: logging.Logger) -> None:
     if logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
     if not any(isinstance(h, _FallbackHandler) for h in logger.handlers):
@@ -55,7 +55,7 @@ class LoggingSink:
             raise TypeError(f"level must be a logging level int, got {level!r}")
         self.level = level
         if self.logger.name == LOGGER_NAME:  # ours; a logger of the user's is left as they set it up
-            _ensure_visible(self.logger)
+            ensure_visible(self.logger)
 
     def __call__(self, record: PerformanceRecord) -> None:
         if self.logger.isEnabledFor(self.level):

@@ -1,0 +1,6 @@
+"""Capturing the bad window: a ``torch.profiler`` trace of the iterations after a window that turned
+bad (see ``docs/profiling.md``)."""
+
+from ._rule import CaptureRule
+
+__all__ = ["CaptureRule"]

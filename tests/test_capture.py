@@ -1,0 +1,340 @@
+"""Capturing the bad window: a listener with ``profile_dir`` profiles the iterations after a window
+that turned bad, with the real ``torch.profiler`` on the CPU or a fake profiler that logs its calls."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import re
+import warnings
+
+import pytest
+
+from trainperf import CaptureRule, MemorySink, PerformanceListener, format_line, parse_log
+from trainperf.profile._capture import Capture
+
+torch = pytest.importorskip("torch")
+
+
+class FakeTracer:
+    """Logs each call with the iteration the listener had recorded; writes a trace of its markers."""
+
+    log: list[tuple[str, object]] = []
+
+    def __init__(self, listener_ref=None, *, fail_save: bool = False, fail_start: bool = False) -> None:
+        self.marks: list[int] = []
+        self.fail_save, self.fail_start = fail_save, fail_start
+        FakeTracer.log.append(("new", None))
+
+    def prepare(self) -> None:
+        FakeTracer.log.append(("prepare", None))
+        if self.fail_start:
+            raise RuntimeError("profiler busy")
+
+    def start(self) -> None:
+        FakeTracer.log.append(("start", None))
+
+    def mark(self, iteration: int) -> None:
+        FakeTracer.log.append(("mark", iteration))
+        self.marks.append(iteration)
+
+    def stop(self) -> None:
+        FakeTracer.log.append(("stop", None))
+
+    def save(self, path: str) -> None:
+        if self.fail_save:
+            raise OSError(28, "No space left on device")
+        events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{m}", "ts": float(m), "dur": 1.0,
+                   "pid": 1, "tid": 1} for m in self.marks]
+        with open(path, "w") as f:
+            json.dump({"traceEvents": events}, f)
+
+
+@pytest.fixture(autouse=True)
+def _clear_log():
+    FakeTracer.log = []
+
+
+def run(listener, clock, step_s, n=140, *, work=None, samples=8):
+    """``n`` iterations, iteration i taking ``step_s(i)`` seconds on ``clock``."""
+    for i in range(1, n + 1):
+        if work is not None:
+            work()
+        clock.advance(step_s(i))
+        listener.record_iteration(samples=samples)
+        listener._capture.wait()  # the writer's time passes between iterations, as in real training
+
+
+def slow_from_81(i: int) -> float:
+    return 0.006 if i >= 81 else 0.001
+
+
+def traced_steps(path) -> list[int]:
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    return sorted(int(m.group(1)) for e in data["traceEvents"]
+                  if (m := re.fullmatch(r"ProfilerStep#(\d+)", str(e.get("name", "")))))
+
+
+def use_fake_tracer(listener, **kwargs):
+    listener._capture._new_tracer = lambda: FakeTracer(**kwargs)
+
+
+@pytest.mark.parametrize("frequency", [1, 5, 10, 20])
+def test_a_loop_turning_6x_slower_at_81_gets_one_trace_of_iterations_after_80_with_the_real_profiler(
+        tmp_path, clock, frequency):
+    memory = MemorySink()
+    w = torch.randn(32, 32)
+    with PerformanceListener(frequency, clock=clock, sinks=[memory], profile_dir=tmp_path, sink_thread=False) as lis:
+        run(lis, clock, slow_from_81, work=lambda: (w @ w).relu_().sum())
+    traces = sorted(tmp_path.glob("*.pt.trace.json.gz"))
+    assert len(traces) == 1  # the default interval allows one in this run
+    steps = traced_steps(traces[0])
+    window_end = 80 + frequency  # the first window holding iteration 81 closes here
+    assert steps == [window_end + 2, window_end + 3, window_end + 4]  # armed at once, one warm-up iteration
+    assert min(steps) > 80
+    data = json.loads(gzip.decompress(traces[0].read_bytes()))
+    assert any(e.get("name") == "aten::mm" for e in data["traceEvents"])  # what the loop did is in it
+    first_mm = min(e["ts"] for e in data["traceEvents"] if e.get("name") == "aten::mm")
+    first_step = min(e["ts"] for e in data["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
+    assert first_mm >= first_step  # nothing before the first traced iteration
+    assert traces[0].name == f"{lis.host}_{lis.pid}-iter{steps[0]}-{steps[-1]}.pt.trace.json.gz"
+    meta = data["trainperf"]
+    assert (meta["trigger_last_iteration"], meta["first_iteration"], meta["last_iteration"]) == (
+        window_end, steps[0], steps[-1])
+    assert meta["reason"].startswith("p95 6.00 ms > 3 x the run's median 1.00 ms")
+    assert meta["traced_iteration_ms"] == pytest.approx(6.0) and meta["iterations"] == 3
+    marked = [r for r in memory.records if r.capture is not None]
+    assert marked and all(r.capture == str(traces[0]) for r in marked)
+    assert all(r.iteration > 80 for r in marked)
+    # exactly the windows that overlap the warm-up and traced iterations carry it
+    assert {r.iteration for r in marked} == {r.iteration for r in memory.records
+                                             if r.first_iteration <= steps[-1] and r.iteration >= steps[0] - 1}
+
+
+def test_a_steady_run_captures_nothing_and_its_hot_path_is_the_usual_one(tmp_path, clock):
+    memory = MemorySink()
+    jitter = [0.0010, 0.0012, 0.0009, 0.0011, 0.0013, 0.0010, 0.0008]
+    with PerformanceListener(10, clock=clock, sinks=[memory], profile_dir=tmp_path, sink_thread=False,
+                             profile_rule=CaptureRule(min_interval_s=0.0, max_captures=100)) as lis:
+        use_fake_tracer(lis)
+        for i in range(1, 301):
+            clock.advance(jitter[i % len(jitter)])
+            lis.record_iteration(samples=8)
+            if i % 10 == 0:
+                assert lis._next_report == i + 10  # no extra report-path iteration between windows
+    assert list(tmp_path.iterdir()) == [] and FakeTracer.log == []
+    assert all(r.capture is None for r in memory.records)
+
+
+def test_a_verdict_turning_bad_captures_once_while_it_stays_bad(tmp_path, clock):
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                             profile_rule=CaptureRule(min_interval_s=0.0, max_captures=10)) as lis:
+        use_fake_tracer(lis)
+        for i in range(1, 141):
+            if i > 40:  # from the fifth window on, half of each iteration waits for data
+                clock.advance(0.001)
+                lis.record_iteration(samples=8, etl=0.001)
+            else:
+                clock.advance(0.001)
+                lis.record_iteration(samples=8)
+    traces = sorted(tmp_path.glob("*.gz"))
+    assert [traced_steps(t) for t in traces] == [[52, 53, 54]]
+    meta = json.loads(gzip.decompress(traces[0].read_bytes()))["trainperf"]
+    assert meta["reason"] == "verdict turned input-bound" and meta["trigger_last_iteration"] == 50
+
+
+def test_the_caps_per_run_and_per_interval_hold(tmp_path, clock):
+    # every fifth window is 10x slower; the clock makes each window last 10 s
+    def step_s(i: int) -> float:
+        return 10.0 if (i - 1) // 10 % 5 == 4 else 1.0
+
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path / "a", sink_thread=False,
+                             verdict=False, profile_rule=CaptureRule(min_interval_s=0.0, max_captures=2)) as lis:
+        use_fake_tracer(lis)
+        run(lis, clock, step_s, n=500)
+    assert len(list((tmp_path / "a").glob("*.gz"))) == 2
+    assert lis._capture.trigger.taken == 2 and lis._capture.trigger.capped >= 1
+
+    # slow windows every 50 iterations = every ~140 s; at most one capture per 300 s
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path / "b", sink_thread=False,
+                             verdict=False, profile_rule=CaptureRule(min_interval_s=300.0, max_captures=100)) as lis:
+        use_fake_tracer(lis)
+        started = clock()
+        run(lis, clock, step_s, n=1000)
+        elapsed = clock() - started
+    taken = sorted(int(re.search(r"iter(\d+)-", p.name).group(1)) for p in (tmp_path / "b").glob("*.gz"))
+    assert 2 <= len(taken) <= elapsed // 300 + 1
+    assert lis._capture.trigger.capped >= 1
+    # consecutive captures at least 300 s apart: iterations here take 1 s, slow ones 10 s
+    times = {}
+    t = 0.0
+    for i in range(1, 1001):
+        t += step_s(i)
+        times[i] = t
+    assert all(times[b] - times[a] >= 300.0 - 20.0 for a, b in zip(taken, taken[1:]))
+
+
+def test_a_failure_to_write_the_trace_is_one_warning_and_training_goes_on(tmp_path, clock, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    memory = MemorySink()
+    with pytest.warns(RuntimeWarning) as said:
+        with PerformanceListener(10, clock=clock, sinks=[memory], profile_dir=blocker / "traces", sink_thread=False,
+                                 profile_rule=CaptureRule(min_interval_s=0.0, max_captures=5)) as lis:
+            use_fake_tracer(lis)
+            run(lis, clock, lambda i: 0.01 if (i - 1) // 10 % 3 == 2 else 0.001, n=300)
+    ours = [w for w in said if "trace" in str(w.message)]
+    assert len(ours) == 1
+    assert re.search(r"trainperf: could not write the trace of iterations \d+-\d+ to .*traces.*; training goes on",
+                     str(ours[0].message))
+    assert lis.iteration == 300 and memory.records[-1].iteration == 300
+    assert lis._capture.written == []
+
+
+def test_a_profiler_that_cannot_start_is_one_warning_and_nothing_is_traced(tmp_path, clock):
+    with pytest.warns(RuntimeWarning, match="could not start the profiler for iterations 92-94: RuntimeError"):
+        with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+            use_fake_tracer(lis, fail_start=True)
+            run(lis, clock, slow_from_81)
+    assert list(tmp_path.iterdir()) == [] and lis.iteration == 140
+
+
+def test_the_profiler_is_called_only_from_the_bad_window_to_the_last_traced_iteration(tmp_path, clock):
+    calls: list[tuple[str, object, int]] = []
+
+    class Logged(FakeTracer):
+        def __getattribute__(self, name):
+            attr = object.__getattribute__(self, name)
+            if name in ("prepare", "start", "mark", "stop"):
+                calls.append((name, None, lis.iteration))
+            return attr
+
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+        lis._capture._new_tracer = Logged
+        run(lis, clock, slow_from_81)
+    assert [(name, at) for name, _, at in calls] == [
+        ("prepare", 90), ("start", 91), ("mark", 91), ("mark", 92), ("mark", 93), ("stop", 94)]
+
+
+def test_training_that_ends_while_tracing_keeps_what_was_traced_and_one_warming_up_keeps_nothing(tmp_path, clock):
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path / "a", sink_thread=False) as lis:
+        use_fake_tracer(lis)
+        run(lis, clock, slow_from_81, n=93)  # armed at 90, warm-up 91, traced 92-93 of 92-94
+    (trace,) = (tmp_path / "a").glob("*.gz")
+    assert trace.name.endswith("-iter92-94.pt.trace.json.gz")
+    assert json.loads(gzip.decompress(trace.read_bytes()))["trainperf"]["last_iteration"] == 93
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path / "b", sink_thread=False) as lis:
+        use_fake_tracer(lis)
+        run(lis, clock, slow_from_81, n=91)  # only the warm-up iteration ran
+    assert not (tmp_path / "b").exists() or list((tmp_path / "b").iterdir()) == []
+    assert ("stop", None) in FakeTracer.log
+
+
+def test_the_capture_is_logged_and_its_record_line_says_where(tmp_path, clock, caplog):
+    memory = MemorySink()
+    caplog.set_level(logging.INFO, logger="trainperf")
+    with PerformanceListener(10, clock=clock, sinks=[memory], profile_dir=tmp_path, sink_thread=False) as lis:
+        use_fake_tracer(lis)
+        run(lis, clock, slow_from_81)
+    path = tmp_path / f"{lis.host}_{lis.pid}-iter92-94.pt.trace.json.gz"
+    text = caplog.text
+    assert f"iterations 81-90: p95 6.00 ms > 3 x the run's median 1.00 ms; profiling iterations 92-94 into {path}" \
+        in text
+    assert re.search(rf"trace of iterations 92-94 written to {re.escape(str(path))} \(0\.00 MB\); the capture cost "
+                     r"[\d.]+ ms on the training thread and \d+ ms of writing beside it; traced iterations took 6\.00 "
+                     r"ms on average \(the triggering window's median: 6\.00 ms\)", text)
+    (marked,) = [r for r in memory.records if r.capture]
+    line = format_line(marked)
+    assert line.endswith(f"; capture: {path};")
+    parsed = parse_log(["INFO trainperf - " + format_line(r) for r in memory.records])
+    assert parsed.column("iteration") == [r.iteration for r in memory.records]  # the field is passed over
+
+
+def test_a_path_that_would_break_the_line_is_shown_by_its_file_name(clock):
+    memory = MemorySink()
+    with PerformanceListener(1, clock=clock, sinks=[memory], sink_thread=False) as lis:
+        clock.advance(0.01)
+        lis.record_iteration()
+    import dataclasses
+    record = dataclasses.replace(memory.records[0], capture="/tmp/a;b/rank0-iter1-3.pt.trace.json.gz")
+    assert format_line(record).endswith("; capture: rank0-iter1-3.pt.trace.json.gz;")
+
+
+def test_windows_that_overlap_a_capture_neither_trigger_nor_feed_the_median(tmp_path, clock):
+    # the traced iterations run 20x slower (a heavy profiler): that must not trigger another capture
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                             profile_rule=CaptureRule(min_interval_s=0.0, max_captures=10, on_verdict=False)) as lis:
+        use_fake_tracer(lis)
+        capture = lis._capture
+        for i in range(1, 141):
+            slow = 81 <= i <= 85 or (capture.busy and i > 90)
+            clock.advance(0.02 if slow else 0.001)
+            lis.record_iteration(samples=8)
+    assert [p.name.split("-iter")[1] for p in tmp_path.glob("*.gz")] == ["92-94.pt.trace.json.gz"]
+    assert capture.trigger.median_ms == pytest.approx(1.0)
+
+
+def test_the_rank_names_the_file_and_reaches_the_run_directory(tmp_path, clock):
+    run_dir = tmp_path / "run"
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path / "traces", sink_thread=False,
+                             rank=2, run_dir=run_dir) as lis:
+        use_fake_tracer(lis)
+        run(lis, clock, slow_from_81)
+    (trace,) = (tmp_path / "traces").glob("*.gz")
+    assert trace.name == "rank2-iter92-94.pt.trace.json.gz"
+    assert json.loads(gzip.decompress(trace.read_bytes()))["distributedInfo"]["rank"] == 2
+    events = [json.loads(line) for line in (run_dir / "rank-2" / "events.jsonl").read_text().splitlines()]
+    (event,) = [e for e in events if e["kind"] == "capture"]
+    assert (event["path"], event["rank"], event["trigger_first_iteration"], event["trigger_last_iteration"],
+            event["first_iteration"], event["last_iteration"]) == (str(trace), 2, 81, 90, 92, 94)
+    assert event["bytes"] == trace.stat().st_size and event["trimmed_events"] == 0
+
+
+def test_a_trace_over_the_cap_is_trimmed_and_said(tmp_path, clock, caplog):
+    caplog.set_level(logging.INFO, logger="trainperf")
+    w = torch.randn(8, 8)
+
+    def work():
+        for _ in range(200):
+            w.add(1.0)
+
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                             profile_rule=CaptureRule(max_mb=0.004)) as lis:
+        run(lis, clock, slow_from_81, work=work)
+    (trace,) = tmp_path.glob("*.gz")
+    assert trace.stat().st_size <= 4000
+    data = json.loads(gzip.decompress(trace.read_bytes()))
+    assert data["trainperf"]["trimmed_events"] > 0
+    assert traced_steps(trace) == [92, 93, 94]
+    assert "shortest events left out for the 0.004 MB cap" in caplog.text
+
+
+def test_the_options_are_checked_by_name(tmp_path):
+    with pytest.raises(TypeError, match=r"profile_dir must be a path \(str or os.PathLike\) or None, got 3"):
+        PerformanceListener(profile_dir=3)
+    with pytest.raises(TypeError, match="profile_rule must be a trainperf.CaptureRule or None, got {'slowdown': 2}"):
+        PerformanceListener(profile_dir=tmp_path, profile_rule={"slowdown": 2})
+
+
+def test_holistic_trace_analysis_reads_each_ranks_capture_and_its_steps(tmp_path, clock):
+    hta = pytest.importorskip("hta.trace_analysis")
+    w = torch.randn(32, 32)
+    for rank in (0, 1):
+        with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                                 rank=rank) as lis:
+            run(lis, clock, slow_from_81, work=lambda: (w @ w).sum())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0-iter92-94.pt.trace.json.gz",
+                                                          "rank1-iter92-94.pt.trace.json.gz"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        analyzer = hta.TraceAnalysis(trace_dir=str(tmp_path), include_last_profiler_step=True)
+    assert sorted(analyzer.t.get_ranks()) == [0, 1]
+    for rank in (0, 1):
+        iterations = set(analyzer.t.get_trace(rank)["iteration"])
+        assert {92, 93, 94} <= iterations
+
+
+def test_capture_defaults_its_rule():
+    capture = Capture("x", CaptureRule(), clock=lambda: 0.0, who=lambda: (None, None, "n"))
+    assert not capture.busy and capture.path_in(1, 10) is None

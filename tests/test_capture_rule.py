@@ -1,0 +1,131 @@
+"""The capture rule on plain numbers: when a window triggers a capture, and the caps."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainperf import CaptureRule
+from trainperf.profile._rule import Trigger
+
+
+def feed(trigger: Trigger, p95s, *, p50s=None, kinds=None, t0=0.0, dt=1.0):
+    """Each window's reason (or None), windows ``dt`` seconds apart."""
+    out = []
+    for k, p95 in enumerate(p95s):
+        p50 = p50s[k] if p50s is not None else p95
+        kind = kinds[k] if kinds is not None else "fine"
+        out.append(trigger.see(p50, p95, kind, t0 + k * dt))
+    return out
+
+
+def test_a_window_whose_p95_passes_k_times_the_running_median_triggers_once_the_history_is_known():
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, min_history=3))
+    reasons = feed(trigger, [10.0, 10.0, 10.0, 31.0])
+    assert reasons[:3] == [None, None, None]
+    assert reasons[3] == "p95 31.00 ms > 3 x the run's median 10.00 ms"
+
+
+def test_before_the_history_is_known_a_slow_window_does_not_trigger():
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, min_history=3, on_verdict=False))
+    assert feed(trigger, [10.0, 10.0, 100.0]) == [None, None, None]
+
+
+def test_exactly_k_times_the_median_does_not_trigger_and_just_above_does():
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, slowdown=2.0, min_history=1))
+    assert feed(trigger, [10.0, 20.0]) == [None, None]  # median 10 then; 20 is not above 2 x 10
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, slowdown=2.0, min_history=1))
+    assert feed(trigger, [10.0, 20.001])[1] is not None
+
+
+def test_the_median_is_of_the_windows_medians_not_their_p95():
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, min_history=3))
+    # p95 40 each time, but medians of 10: the fourth window's p95 of 35 is above 3 x 10
+    reasons = feed(trigger, [40.0, 40.0, 40.0, 35.0], p50s=[10.0, 10.0, 10.0, 10.0])
+    assert reasons[3] is not None and "median 10.00 ms" in reasons[3]
+
+
+def test_the_running_median_of_an_even_count_is_the_mean_of_the_two_middle_values():
+    trigger = Trigger(CaptureRule(min_interval_s=0.0))
+    feed(trigger, [1.0, 3.0, 2.0, 10.0])
+    assert trigger.median_ms == 2.5
+    trigger.see(5.0, 5.0, "fine", 10.0)
+    assert trigger.median_ms == 3.0
+    assert Trigger(CaptureRule()).median_ms is None
+
+
+def test_a_verdict_turning_bad_triggers_and_one_that_stays_bad_does_not_again():
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, max_captures=10))
+    kinds = ["fine", "input-bound", "input-bound", "fine", "input-bound", "gc-bound", "gc-bound"]
+    reasons = feed(trigger, [10.0] * 7, kinds=kinds)
+    assert reasons == [None, "verdict turned input-bound", None, None, "verdict turned input-bound",
+                       "verdict turned gc-bound", None]
+
+
+def test_a_run_bad_from_its_first_window_after_the_warm_up_triggers_once():
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, max_captures=10))
+    reasons = feed(trigger, [10.0] * 4, kinds=["loop-bound"] * 4)
+    assert reasons == ["verdict turned loop-bound", None, None, None]
+
+
+def test_verdicts_are_not_followed_when_on_verdict_is_off_nor_without_a_verdict():
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, on_verdict=False))
+    assert feed(trigger, [10.0] * 3, kinds=["input-bound"] * 3) == [None, None, None]
+    trigger = Trigger(CaptureRule(min_interval_s=0.0))
+    assert feed(trigger, [10.0] * 3, kinds=[None] * 3) == [None, None, None]
+
+
+def test_at_most_max_captures_per_run_and_the_rest_are_counted():
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, max_captures=2, min_history=1))
+    reasons = feed(trigger, [10.0, 100.0, 10.0, 1000.0, 10.0, 10000.0])
+    assert sum(r is not None for r in reasons) == 2 and trigger.taken == 2
+    assert trigger.capped == 1
+
+
+def test_at_most_one_capture_per_interval_measured_from_the_last_one_taken():
+    trigger = Trigger(CaptureRule(min_interval_s=60.0, min_history=1, max_captures=10))
+    assert trigger.see(10.0, 10.0, "fine", 0.0) is None
+    assert trigger.see(10.0, 100.0, "fine", 10.0) is not None  # taken at t=10
+    assert trigger.see(10.0, 100.0, "fine", 69.9) is None  # 59.9 s later: capped
+    assert trigger.capped == 1
+    assert trigger.see(10.0, 100.0, "fine", 70.0) is not None  # 60 s later
+    assert trigger.taken == 2
+
+
+def test_a_window_without_a_median_is_judged_but_adds_nothing_to_the_history():
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, min_history=1))
+    assert trigger.see(None, None, "fine", 0.0) is None
+    assert trigger.median_ms is None
+    assert trigger.see(float("nan"), 5.0, "fine", 1.0) is None
+    assert trigger.median_ms is None
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"iterations": 0}, "iterations must be a positive int, got 0"),
+    ({"iterations": True}, "iterations must be a positive int, got True"),
+    ({"min_history": 0}, "min_history must be a positive int"),
+    ({"max_captures": 0}, "max_captures must be a positive int"),
+    ({"slowdown": 1.0}, "slowdown must be a finite number above 1, got 1.0"),
+    ({"slowdown": float("inf")}, "slowdown must be a finite number above 1"),
+    ({"slowdown": "3"}, "slowdown must be a finite number above 1, got '3'"),
+    ({"min_interval_s": -1}, "min_interval_s must be a finite number >= 0, got -1"),
+    ({"min_interval_s": float("nan")}, "min_interval_s must be a finite number >= 0"),
+    ({"max_mb": 0}, "max_mb must be a finite number above 0, got 0"),
+    ({"max_mb": float("inf")}, "max_mb must be a finite number >= 0"),
+])
+def test_a_bad_rule_names_the_argument_and_the_value(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        CaptureRule(**kwargs)
+
+
+def test_on_verdict_must_be_a_bool_and_numbers_become_floats():
+    with pytest.raises(TypeError, match="on_verdict must be a bool, got 1"):
+        CaptureRule(on_verdict=1)  # type: ignore[arg-type]
+    rule = CaptureRule(slowdown=2, min_interval_s=5, max_mb=1)
+    assert (rule.slowdown, rule.min_interval_s, rule.max_mb) == (2.0, 5.0, 1.0)
+    assert isinstance(rule.slowdown, float) and rule.max_bytes == 1_000_000
+
+
+def test_the_defaults():
+    rule = CaptureRule()
+    assert (rule.iterations, rule.slowdown, rule.on_verdict, rule.min_history, rule.min_interval_s,
+            rule.max_captures, rule.max_mb) == (3, 3.0, True, 3, 600.0, 3, 50.0)
