@@ -37,6 +37,15 @@ def test_exactly_k_times_the_median_does_not_trigger_and_just_above_does():
     assert feed(trigger, [10.0, 20.001])[1] is not None
 
 
+def test_a_slowdown_of_less_than_min_excess_ms_does_not_trigger():
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, min_history=1, on_verdict=False))
+    assert feed(trigger, [0.001, 0.9])[1] is None  # 900x, but 0.899 ms: jitter of a very short step
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, min_history=1, on_verdict=False))
+    assert feed(trigger, [0.25, 1.25])[1] is not None  # exactly 1 ms above triggers
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, min_history=1, min_excess_ms=0.0, on_verdict=False))
+    assert feed(trigger, [0.001, 0.004])[1] is not None
+
+
 def test_the_median_is_of_the_windows_medians_not_their_p95():
     trigger = Trigger(CaptureRule(min_interval_s=0.0, min_history=3))
     # p95 40 each time, but medians of 10: the fourth window's p95 of 35 is above 3 x 10
@@ -110,6 +119,7 @@ def test_a_window_without_a_median_is_judged_but_adds_nothing_to_the_history():
     ({"min_interval_s": -1}, "min_interval_s must be a finite number >= 0, got -1"),
     ({"min_interval_s": float("nan")}, "min_interval_s must be a finite number >= 0"),
     ({"max_mb": 0}, "max_mb must be a finite number above 0, got 0"),
+    ({"min_excess_ms": -0.5}, "min_excess_ms must be a finite number >= 0, got -0.5"),
     ({"max_mb": float("inf")}, "max_mb must be a finite number >= 0"),
 ])
 def test_a_bad_rule_names_the_argument_and_the_value(kwargs, message):
@@ -120,12 +130,12 @@ def test_a_bad_rule_names_the_argument_and_the_value(kwargs, message):
 def test_on_verdict_must_be_a_bool_and_numbers_become_floats():
     with pytest.raises(TypeError, match="on_verdict must be a bool, got 1"):
         CaptureRule(on_verdict=1)  # type: ignore[arg-type]
-    rule = CaptureRule(slowdown=2, min_interval_s=5, max_mb=1)
-    assert (rule.slowdown, rule.min_interval_s, rule.max_mb) == (2.0, 5.0, 1.0)
+    rule = CaptureRule(slowdown=2, min_interval_s=5, max_mb=1, min_excess_ms=2)
+    assert (rule.slowdown, rule.min_interval_s, rule.max_mb, rule.min_excess_ms) == (2.0, 5.0, 1.0, 2.0)
     assert isinstance(rule.slowdown, float) and rule.max_bytes == 1_000_000
 
 
 def test_the_defaults():
     rule = CaptureRule()
-    assert (rule.iterations, rule.slowdown, rule.on_verdict, rule.min_history, rule.min_interval_s,
-            rule.max_captures, rule.max_mb) == (3, 3.0, True, 3, 600.0, 3, 50.0)
+    assert (rule.iterations, rule.slowdown, rule.min_excess_ms, rule.on_verdict, rule.min_history,
+            rule.min_interval_s, rule.max_captures, rule.max_mb) == (3, 3.0, 1.0, True, 3, 600.0, 3, 50.0)

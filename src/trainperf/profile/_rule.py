@@ -28,13 +28,15 @@ class CaptureRule:
 
     A window after the warm-up triggers a capture when its p95 iteration time is above ``slowdown``
     times the run's running median (the median of the earlier windows' median iteration times, once
-    ``min_history`` windows are known), or, with ``on_verdict``, when its verdict turns bad (from
+    ``min_history`` windows are known) and at least ``min_excess_ms`` above it, or, with ``on_verdict``, when its verdict turns bad (from
     fine, from none yet, or from another bad kind). Windows that overlap a capture neither trigger
     nor count in the median.
 
     Args:
         iterations: how many iterations a capture traces (after one untraced warm-up iteration).
         slowdown: the ``k`` of "p95 above k times the running median" (above 1).
+        min_excess_ms: how far above the median the p95 must also be, so that microseconds of jitter
+            in a very short step never trigger.
         on_verdict: also capture when the verdict turns bad.
         min_history: windows after the warm-up the median needs before the slowdown rule applies.
         min_interval_s: at least this many seconds between two captures' starts.
@@ -45,6 +47,7 @@ class CaptureRule:
 
     iterations: int = 3
     slowdown: float = 3.0
+    min_excess_ms: float = 1.0
     on_verdict: bool = True
     min_history: int = 3
     min_interval_s: float = 600.0
@@ -61,6 +64,7 @@ class CaptureRule:
         if not isinstance(self.on_verdict, bool):
             raise TypeError(f"on_verdict must be a bool, got {self.on_verdict!r}")
         object.__setattr__(self, "slowdown", float(slowdown))
+        object.__setattr__(self, "min_excess_ms", _seconds("min_excess_ms", self.min_excess_ms, minimum=0.0))
         object.__setattr__(self, "min_interval_s", _seconds("min_interval_s", self.min_interval_s, minimum=0.0))
         max_mb = _seconds("max_mb", self.max_mb, minimum=0.0)
         if max_mb <= 0.0:
@@ -112,7 +116,7 @@ class Trigger:
         reason = None
         median = self.median_ms
         if (p95_ms is not None and median is not None and len(self._medians) >= rule.min_history
-                and p95_ms > rule.slowdown * median):
+                and p95_ms > rule.slowdown * median and p95_ms - median >= rule.min_excess_ms):
             reason = f"p95 {p95_ms:.2f} ms > {rule.slowdown:g} x the run's median {median:.2f} ms"
         elif rule.on_verdict and kind is not None and kind != "fine" and kind != self._previous:
             reason = f"verdict turned {kind}"
