@@ -231,6 +231,13 @@ def test_training_that_ends_while_tracing_keeps_what_was_traced_and_one_warming_
     assert ("stop", None) in FakeTracer.log
 
 
+def test_the_last_window_reported_at_close_arms_nothing(tmp_path, clock):
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+        use_fake_tracer(lis)
+        run(lis, clock, slow_from_81, n=85)  # 81-85 is reported by close(), 6x slower
+    assert FakeTracer.log == [] and list(tmp_path.iterdir()) == []
+
+
 def test_the_capture_is_logged_and_its_record_line_says_where(tmp_path, clock, caplog):
     memory = MemorySink()
     caplog.set_level(logging.INFO, logger="trainperf")

@@ -676,6 +676,8 @@ class PerformanceListener:
             if self._closed:
                 return
             failures: list[str] = []
+            if self._capture is not None:
+                self._capture.stop_arming()
             try:
                 self._flush_unlocked()
             except Exception as exc:  # noqa: BLE001 - closing goes on; said below

@@ -89,6 +89,7 @@ class Capture:
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._failed = False
+        self._arming = True
         self.written: list[dict[str, Any]] = []  #: every capture written, as described to ``on_written``
         ensure_visible(logger)
 
@@ -102,7 +103,7 @@ class Capture:
         """A window was published (``count`` iterations done): arm a capture when it triggers the rule."""
         if self._done:
             self._collect(count)
-        if self._job is not None or record.warmup:
+        if self._job is not None or record.warmup or not self._arming:
             return
         first = record.iteration - record.window_iterations + 1
         if first <= self._disturbed_until:
@@ -243,6 +244,10 @@ class Capture:
             logger.warning("trainperf: %s", message)
 
     # ------------------------------------------------------------------ the end
+    def stop_arming(self) -> None:
+        """Training is ending: the last windows trigger no capture (no iteration would follow it)."""
+        self._arming = False
+
     def close(self, count: int) -> None:
         """Training ended after ``count`` iterations: a capture still tracing keeps what it traced,
         one still warming up is dropped; waits (at most :data:`CLOSE_WAIT_S`) for the traces being
