@@ -139,3 +139,17 @@ def test_the_defaults():
     rule = CaptureRule()
     assert (rule.iterations, rule.slowdown, rule.min_excess_ms, rule.on_verdict, rule.min_history,
             rule.min_interval_s, rule.max_captures, rule.max_mb) == (3, 3.0, 1.0, True, 3, 600.0, 3, 50.0)
+
+
+@pytest.mark.parametrize("kind", ["cpu-contention", "host-bound", "gc-bound", "loop-bound", "input-bound"])
+def test_every_bad_kind_turns_the_verdict_bad(kind):
+    trigger = Trigger(CaptureRule(min_interval_s=0.0))
+    assert feed(trigger, [10.0, 10.0], kinds=["fine", kind]) == [None, f"verdict turned {kind}"]
+
+
+def test_a_rule_cannot_be_changed_once_made():
+    import dataclasses
+
+    rule = CaptureRule()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rule.slowdown = 2.0  # type: ignore[misc]

@@ -113,3 +113,28 @@ def test_finish_refuses_what_is_not_a_trace_and_leaves_no_file(tmp_path):
     with pytest.raises(ValueError, match="even with only its step markers"):
         finish_trace(raw, tmp_path / "t.json.gz", rank=0, world_size=None, meta={}, max_bytes=50)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raw.json"]
+
+
+def test_when_leaving_out_one_event_is_enough_only_that_one_goes():
+    data = trace(0)
+    data["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "big",
+                                "args": {"pad": random.Random(2).randbytes(4000).hex()}, "ts": 1.0, "dur": 9.0})
+    without_big = dict(data, traceEvents=data["traceEvents"][:-1], trainperf={"trimmed_events": 1})
+    blob, trimmed = fit_trace(data, len(encode_trace(without_big)) + 10)
+    assert trimmed == 1 and "big" not in names(json.loads(gzip.decompress(blob)))
+
+
+def test_events_without_a_numeric_duration_count_as_the_shortest():
+    data = trace(0)
+    pad = random.Random(3).randbytes(300).hex()
+    data["traceEvents"] += [
+        {"ph": "X", "cat": "cpu_op", "name": "short", "ts": 1.0, "dur": 0.5, "args": {"pad": pad}},
+        {"ph": "X", "cat": "cpu_op", "name": "no-dur", "ts": 1.0, "args": {"pad": pad}},
+        {"ph": "X", "cat": "cpu_op", "name": "text-dur", "ts": 1.0, "dur": "7", "args": {"pad": pad}},
+        {"ph": "X", "cat": "kernel", "name": "tiny-kernel", "ts": 1.0, "dur": 0.0, "args": {"pad": pad}},
+    ]
+    kept_three = [e for e in data["traceEvents"] if e["name"] not in ("no-dur", "text-dur")]
+    cap = len(encode_trace(dict(data, traceEvents=kept_three, trainperf={"trimmed_events": 2}))) + 5
+    blob, trimmed = fit_trace(data, cap)
+    assert trimmed == 2
+    assert {"short", "tiny-kernel"} <= set(names(json.loads(gzip.decompress(blob))))
