@@ -345,3 +345,25 @@ def test_holistic_trace_analysis_reads_each_ranks_capture_and_its_steps(tmp_path
 def test_capture_defaults_its_rule():
     capture = Capture("x", CaptureRule(), clock=lambda: 0.0, who=lambda: (None, None, "n"))
     assert not capture.busy and capture.path_in(1, 10) is None
+
+
+@pytest.mark.realtime
+def test_real_time_a_loop_turning_6x_slower_at_81_is_traced_after_80(tmp_path):
+    """On the real clock, with real sleeps, on a loaded machine: the trace holds iterations after 80 only,
+    and the windows before 81 triggered nothing."""
+    import time
+
+    w = torch.randn(32, 32)
+    memory = MemorySink()
+    with PerformanceListener(10, sinks=[memory], profile_dir=tmp_path, report_hardware=False) as lis:
+        for i in range(1, 141):
+            (w @ w).sum()
+            time.sleep(0.048 if i >= 81 else 0.008)  # spikes of a loaded machine stay under 3x
+            lis.record_iteration(samples=8)
+    traces = list(tmp_path.glob("*.gz"))
+    assert len(traces) == 1
+    steps = traced_steps(traces[0])
+    assert len(steps) == 3 and min(steps) > 80
+    meta = json.loads(gzip.decompress(traces[0].read_bytes()))["trainperf"]
+    assert meta["trigger_first_iteration"] > 80 and meta["cost_ms"] >= 0.0
+    assert all(r.capture is None for r in memory.records if r.iteration <= 80)
