@@ -87,9 +87,9 @@ def test_lightning(tmp_path, clock, package_name):
 def test_trainer(tmp_path, clock):
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    from test_transformers import Padded, arguments, tiny_model
     from transformers import Trainer
 
+    from test_transformers import Padded, arguments, tiny_model
     from trainperf.transformers import PerformanceCallback
 
     model = tiny_model()

@@ -28,9 +28,9 @@ class CaptureRule:
 
     A window after the warm-up triggers a capture when its p95 iteration time is above ``slowdown``
     times the run's running median (the median of the earlier windows' median iteration times, once
-    ``min_history`` windows are known) and at least ``min_excess_ms`` above it, or, with ``on_verdict``, when its verdict turns bad (from
-    fine, from none yet, or from another bad kind). Windows that overlap a capture neither trigger
-    nor count in the median.
+    ``min_history`` windows are known) and at least ``min_excess_ms`` above it, or, with
+    ``on_verdict``, when its verdict turns bad (from fine, from none yet, or from another bad kind).
+    Windows that overlap a capture neither trigger nor count in the median.
 
     Args:
         iterations: how many iterations a capture traces (after one untraced warm-up iteration).

@@ -10,14 +10,17 @@ __all__ = ["RUN_DIR_SCHEMA", "SPAN_PHASES", "CLOCK_STATUSES", "META", "WINDOWS",
 #: Version of the run directory layout, written in each rank's ``meta.json``.
 RUN_DIR_SCHEMA = 1
 #: A rank's files: what it is (meta data), its windows, its iterations' spans (the file keeps its
-#: first name), its clock estimates and its events (a rank gone silent, a gather's stragglers).
+#: first name), its clock estimates and its events (rank 0's: a rank gone silent, a gather's
+#: stragglers; any rank's: the profiler captures it wrote).
 META = "meta.json"
 WINDOWS = "windows.jsonl"
 SPANS = "timeline.jsonl"
 CLOCK = "clock.jsonl"
 EVENTS = "events.jsonl"
-#: The files a rank hands to rank 0 when their disks are not shared (events are rank 0's own).
-RANK_FILES = (META, WINDOWS, SPANS, CLOCK)
+#: The files a rank hands to rank 0 when their disks are not shared. Its events are among them: a
+#: rank other than 0 writes none but its profiler captures (written before it hands them over), and
+#: rank 0 writes a peer's files only into the peer's folder, never over a file already there.
+RANK_FILES = (META, WINDOWS, SPANS, CLOCK, EVENTS)
 #: Phases a span can have, in the order an iteration's row lists them after the start.
 SPAN_PHASES = ("data", "forward", "backward", "step", "compute", "other", "report")
 #: What a clock estimate can say about a rank's offset to rank 0.

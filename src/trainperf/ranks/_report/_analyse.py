@@ -1,11 +1,13 @@
-"""The report's analysis: per-rank figures, stragglers, clocks, throughput over time and the slowest
-windows with their spans, as plain JSON-ready values."""
+"""The report's analysis: per-rank figures, stragglers, clocks, throughput over time, the slowest
+windows with their spans and the profiler captures beside their triggering windows, as plain
+JSON-ready values."""
 
 from __future__ import annotations
 
 import math
 import os
 import statistics
+from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +36,9 @@ def build_report(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     windows), ``clocks`` (offset and uncertainty per rank, ``unknown`` flagged), ``windows`` (the
     cluster's throughput and iteration time over time, at most a few hundred points), ``rank_windows``
     (each rank's figures over time at the same resolution), ``slowest`` (the slowest windows with
-    every rank's spans), ``cluster`` (the one-line summary), ``phases``, ``start`` and ``run_name``.
+    every rank's spans), ``captures`` (each profiler capture beside the window that triggered it, by
+    rank and iteration, with ``captures_total``), ``cluster`` (the one-line summary), ``phases``,
+    ``start`` and ``run_name``.
 
     Args:
         run_dir: a folder of ``rank-<r>`` folders (see ``docs/distributed.md``).
@@ -371,6 +375,63 @@ def _slowest(ranks: Sequence[Rank], start: float) -> list[dict[str, Any]]:
     return out
 
 
+#: Captures listed in the report, at most (a run takes a few; a hostile file can hold any number).
+MAX_CAPTURES = 1000
+#: The triggering window's figures a capture lists (``None`` where the window has none).
+TRIGGER_FIGURES = ("iteration_ms", "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms", "etl_ms")
+
+
+def _window_of(rank: Rank, first: int, last: int) -> int | None:
+    """The index of the rank's window of iterations ``first`` to ``last``, when it was read."""
+    w = rank.windows
+    iterations = w["iteration"]
+    k = bisect_left(iterations, float(last))  # ascending: the windows of the rank's last run
+    if k < len(iterations) and iterations[k] == last and iterations[k] - w["window_iterations"][k] + 1 == first:
+        return k
+    return None
+
+
+def _trigger_window(rank: Rank, k: int, start: float) -> dict[str, Any]:
+    w = rank.windows
+    t1, ws = w["timestamp"][k], w["window_s"][k]
+    out: dict[str, Any] = {key: _r(w[key][k]) for key in TRIGGER_FIGURES}
+    out["warmup"] = bool(w["warmup"][k])
+    out["t0"] = _r(t1 - ws - start, 4)
+    out["t1"] = _r(t1 - start, 4)
+    return out
+
+
+def _captures(ranks: Sequence[Rank], start: float) -> tuple[list[dict[str, Any]], int]:
+    """Every rank's profiler captures beside the window that triggered each (its figures, when the
+    rank's windows hold it), by rank and iteration; at most :data:`MAX_CAPTURES`, and how many there are."""
+    out: list[dict[str, Any]] = []
+    for rank in ranks:
+        for event in rank.captures:
+            first, last = event["trigger_first_iteration"], event["trigger_last_iteration"]
+            k = _window_of(rank, first, last)
+            t = event.get("t")
+            out.append({
+                "rank": rank.rank,
+                "trigger_first_iteration": first,
+                "trigger_last_iteration": last,
+                "trigger_window": None if k is None else _trigger_window(rank, k, start),
+                "reason": event["reason"],
+                "first_iteration": event["first_iteration"],
+                "last_iteration": event["last_iteration"],
+                "iterations": event["iterations"],
+                "path": event["path"],
+                "bytes": event["bytes"],
+                "trimmed_events": event["trimmed_events"],
+                "traced_iteration_ms": _r(event["traced_iteration_ms"]),
+                "trigger_median_ms": _r(event["trigger_median_ms"]),
+                "cost_ms": _r(event["cost_ms"]),
+                "export_ms": _r(event["export_ms"]),
+                "t": None if t is None else _r(t - start, 4),
+            })
+    out.sort(key=lambda c: (c["rank"], c["trigger_last_iteration"], c["first_iteration"], c["path"]))
+    return out[:MAX_CAPTURES], len(out)
+
+
 def _phases_seen(slowest: Sequence[dict[str, Any]], rank_windows: Sequence[dict[str, Any]]) -> list[str]:
     """The phases that occur on the page: in the slowest windows' spans, and the data wait, step and
     other shares of the cells over time; in the timeline's order."""
@@ -404,6 +465,7 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
                        f"{s['evidence']} (in {s['windows']} of {analysed} windows)") for s in stragglers[:1]]
     names = sorted({str(r.meta["run_name"]) for r in ranks if r.meta.get("run_name") is not None})
     missing = missing_ranks(ranks)
+    captures, captures_total = _captures(ranks, start)
     return {
         "schema": REPORT_SCHEMA,
         "run_name": names[0] if names else None,
@@ -423,4 +485,6 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
         "windows": windows,
         "rank_windows": rank_windows,
         "slowest": slowest,
+        "captures": captures,
+        "captures_total": captures_total,
     }

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import time
 from typing import Any
+from urllib.parse import quote
 
 from ..._format import counted
 from ._notes import read_notes
@@ -112,6 +114,66 @@ def _silent_list(report: dict[str, Any]) -> str:
     return f"<ul class=bad>{items}</ul>"
 
 
+def _trace_href(path: str) -> str | None:
+    """A link to a trace file: ``file://`` and the path, percent-encoded, for an absolute path (POSIX or
+    a drive letter's), the percent-encoded path for a relative one (``:`` encoded too, so no path
+    becomes a scheme such as ``javascript:``); ``None`` for text no URL can hold."""
+    try:
+        if path.startswith("/"):
+            return "file://" + quote(path)
+        if re.match(r"[A-Za-z]:[\\/]", path):
+            return "file:///" + quote(path.replace("\\", "/"), safe="/:")  # after file:///, no scheme
+        return quote(path)
+    except UnicodeError:  # a lone surrogate
+        return None
+
+
+def _trace_name(path: str) -> str:
+    return re.split(r"[\\/]", path)[-1] or path
+
+
+def _mb(size: Any) -> str:
+    return "&ndash;" if size is None else f"{size / 1e6:.2f}"
+
+
+def _trigger_time(window: dict[str, Any] | None) -> str:
+    if window is None:
+        return "&ndash; (window not read)"
+    parts = [f"{label} {_ms(window[key])}" for key, label in (("iteration_p95_ms", "p95"), ("iteration_ms", "mean"))
+             if window.get(key) is not None]
+    return ", ".join(parts) or "&ndash;"
+
+
+def _captures_section(report: dict[str, Any]) -> str:
+    captures = report.get("captures") or []
+    if not captures:
+        return ""
+    body = []
+    for c in captures:
+        path = str(c["path"])
+        href = _trace_href(path)
+        name = _e(_trace_name(path))
+        link = f"<a href='{_e(href)}' title='{_e(path)}'>{name}</a>" if href is not None else name
+        trimmed = c.get("trimmed_events")
+        size = _mb(c.get("bytes")) + (f" ({_e(f'{trimmed:,}')} events left out)" if trimmed else "")
+        body.append(
+            f"<tr><td>{_e(c['rank'])}</td>"
+            f"<td>iterations {_e(c['trigger_first_iteration'])}-{_e(c['trigger_last_iteration'])}</td>"
+            f"<td>{_trigger_time(c.get('trigger_window'))}</td><td class=reason>{_e(c['reason'])}</td>"
+            f"<td>{_e(c['first_iteration'])}-{_e(c['last_iteration'])}</td><td>{_ms(c.get('traced_iteration_ms'))}</td>"
+            f"<td class=trace>{link}</td><td>{size}</td><td>{_ms(c.get('cost_ms'))}</td>"
+            f"<td>{_ms(c.get('export_ms'))}</td></tr>")
+    total = report.get("captures_total") or len(captures)
+    more = (f"<p class=note>{_e(_counted(total - len(captures), 'more capture'))} not listed.</p>"
+            if total > len(captures) else "")
+    return ("<h2>Profiler captures</h2>\n<p class=note>Iterations traced with torch.profiler after a window turned "
+            "bad (<code>profile_dir=</code>), beside the window that triggered each; the whole-run timeline outlines "
+            "those windows in red. Times in ms; the cost is the training thread's, writing happened beside it."
+            "</p>\n<div class=scroll><table><tr><th>rank</th><th>triggering window</th><th>its iteration time (ms)"
+            "</th><th>reason</th><th>traced iterations</th><th>traced iteration mean</th><th>trace file</th>"
+            f"<th>size (MB)</th><th>cost</th><th>writing</th></tr>{''.join(body)}</table></div>{more}")
+
+
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0 24px 40px;color:#222;background:#fafafa}
 h1{font-size:22px;margin:18px 0 4px}h2{font-size:17px;margin:26px 0 6px;border-bottom:1px solid #ddd}
@@ -124,6 +186,7 @@ canvas{background:#fff;border:1px solid #ddd;display:block;max-width:100%}
 margin-right:4px;vertical-align:-1px}#tip{position:fixed;pointer-events:none;background:#222;color:#fff;
 font-size:12px;padding:3px 6px;border-radius:3px;display:none;white-space:pre}
 button{margin:0 4px 6px 0;font-size:12px}.scroll{max-height:420px;overflow:auto;display:inline-block}
+td.reason,td.trace{text-align:left}td.reason{max-width:420px;overflow-wrap:anywhere}
 """
 
 _JS = r"""
@@ -186,6 +249,12 @@ function rankLabels(g, top){
     var y = rowOf[s.rank]; if(y === undefined) return;
     var x = LEFT + (s.since - R.start) * sx; g.fillStyle = "#b00020"; g.fillRect(x, y * ROW, 3, ROW);
     g.fillText("silent", Math.min(x + 5, v.w - 40), y * ROW + ROW - 2);
+  });
+  (R.captures || []).forEach(function(c){
+    var y = rowOf[c.rank], w = c.trigger_window;
+    if(y === undefined || !w || w.t0 === null || w.t1 === null) return;
+    g.strokeStyle = "#b00020"; g.lineWidth = 1.5;
+    g.strokeRect(LEFT + w.t0 * sx, y * ROW + 1, Math.max(2, (w.t1 - w.t0) * sx), ROW - 2); g.lineWidth = 1;
   });
   rankLabels(g, 0);
   hover(v.c, function(x, y){
@@ -324,6 +393,7 @@ communication.</p>
 {_stragglers_table(report)}
 <h2>Silent ranks</h2>
 {_silent_list(report)}
+{_captures_section(report)}
 <h2>Timeline of the whole run</h2>
 <p class=note>Rows are ranks, time is aligned to rank 0's clock. Each cell is a stretch of report windows, split
 into the shares of data wait, step and other host time.</p>

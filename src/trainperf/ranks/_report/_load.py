@@ -205,7 +205,8 @@ class Rank:
         windows: one float array per :data:`WINDOW_FIELDS` name, one value per window.
         span_iter, span_phase, span_t, span_d: the timeline spans as columns, in file order.
         clock: the clock estimates.
-        events: rank 0's cluster events.
+        events: rank 0's cluster events (a rank gone silent, a gather's stragglers) and every rank's
+            profiler captures (kind ``capture``, fields checked by :func:`capture_event`).
         skipped: lines skipped per file.
         unreadable: files of the folder that could not be read, and why.
         attempts: ``(first iteration, last iteration, windows)`` of each run that wrote windows into
@@ -236,6 +237,11 @@ class Rank:
     @property
     def host(self) -> str:
         return str(self.meta.get("host") or "")
+
+    @property
+    def captures(self) -> list[dict[str, Any]]:
+        """The rank's profiler captures (its ``capture`` events), in file order."""
+        return [e for e in self.events if e.get("kind") == "capture"]
 
     @property
     def n_windows(self) -> int:
@@ -399,6 +405,85 @@ def _read_clock(path: Path, unreadable: Unreadable) -> tuple[Clock, int]:
     return clock, skipped
 
 
+#: A capture event's reason is cut at this length; a path longer than this is no run's (the event is skipped).
+MAX_REASON = 500
+MAX_PATH = 4096
+#: A capture event's fields (see ``RunDirSink.event`` and ``trainperf.profile``): iterations (required),
+#: counts and milliseconds (each ``null`` or absent when unknown).
+CAPTURE_ITERATIONS = ("trigger_first_iteration", "trigger_last_iteration", "first_iteration", "last_iteration")
+CAPTURE_COUNTS = ("iterations", "bytes", "trimmed_events")
+CAPTURE_MS = ("traced_iteration_ms", "trigger_median_ms", "cost_ms", "export_ms")
+
+
+def _whole(value: Any) -> int | None:
+    """``value`` as a whole number from 0 to 2**62, else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**62:
+        return None
+    return value
+
+
+def _writable(text: str) -> str:
+    """``text`` without lone surrogates (JSON holds them, UTF-8 cannot write them): each becomes ``?``."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def capture_event(event: dict[str, Any]) -> dict[str, Any] | None:
+    """A ``capture`` event of ``events.jsonl`` (a profiler trace a listener with ``profile_dir=`` wrote),
+    its fields checked: the path (text), the reason (text, cut at :data:`MAX_REASON`), the triggering
+    window's and the traced iterations (whole numbers, first <= last); ``t``, ``rank``, the counts and
+    the milliseconds may be ``null`` or absent, anything else of theirs must be of their type.
+    ``None`` when a field is missing or of the wrong type (the line is skipped and counted).
+
+    Example:
+        >>> capture_event({"kind": "capture", "path": "/t/rank1-iter92-94.pt.trace.json.gz", "reason": "slow",
+        ...                "trigger_first_iteration": 81, "trigger_last_iteration": 90, "first_iteration": 92,
+        ...                "last_iteration": 94, "bytes": 12345})["bytes"]
+        12345
+        >>> capture_event({"kind": "capture", "path": 3, "reason": "slow"}) is None
+        True
+    """
+    path, reason = event.get("path"), event.get("reason")
+    if not isinstance(path, str) or not path or len(path) > MAX_PATH or not isinstance(reason, str):
+        return None
+    out: dict[str, Any] = {"kind": "capture", "path": _writable(path), "reason": _writable(reason[:MAX_REASON])}
+    t, rank = event.get("t"), event.get("rank")
+    out["t"] = None if t is None else wall(t)
+    out["rank"] = None if rank is None else _whole(rank)
+    if (t is not None and out["t"] is None) or (rank is not None and out["rank"] is None):
+        return None
+    for key in CAPTURE_ITERATIONS:
+        out[key] = _whole(event.get(key))
+        if out[key] is None:
+            return None
+    if out["trigger_first_iteration"] > out["trigger_last_iteration"] or out["first_iteration"] > out["last_iteration"]:
+        return None
+    for key in CAPTURE_COUNTS + CAPTURE_MS:
+        value = event.get(key)
+        if value is None:
+            out[key] = None
+            continue
+        checked = _whole(value) if key in CAPTURE_COUNTS else num(value)
+        if checked is None or checked < 0:
+            return None
+        out[key] = checked if key in CAPTURE_COUNTS else float(checked)
+    return out
+
+
+def _read_events(path: Path, unreadable: Unreadable) -> tuple[list[dict[str, Any]], int]:
+    """The events of a rank's ``events.jsonl`` and the lines skipped: a capture event with a field
+    missing or of the wrong type (see :func:`capture_event`), and any event whose time is none."""
+    events, skipped = read_objects(path, unreadable)
+    kept: list[dict[str, Any]] = []
+    for event in events:
+        if event.get("kind") == "capture":
+            checked = capture_event(event)
+            if checked is not None:
+                kept.append(checked)
+        elif all(wall(event[k]) is not None for k in ("t", "last_seen") if _is_number(event.get(k))):
+            kept.append(event)
+    return kept, skipped + len(events) - len(kept)
+
+
 def read_rank(path: Path, rank: int, *, max_windows: int = MAX_WINDOWS, max_spans: int = MAX_SPANS) -> Rank:
     """One rank's folder, with at most ``max_windows`` windows (a sample of a longer run, see
     :func:`_read_windows`) and ``max_spans`` spans."""
@@ -406,10 +491,7 @@ def read_rank(path: Path, rank: int, *, max_windows: int = MAX_WINDOWS, max_span
     windows, skipped_windows, attempts, stride = _read_windows(path / WINDOWS, unreadable, max_windows)
     iters, kinds, ts, ds, skipped_timeline, spans_not_read = _read_spans(path / SPANS, unreadable, max_spans)
     clock, skipped_clock = _read_clock(path / CLOCK, unreadable)
-    events, skipped_events = read_objects(path / EVENTS, unreadable)
-    kept = [e for e in events if all(wall(e[k]) is not None for k in ("t", "last_seen") if _is_number(e.get(k)))]
-    skipped_events += len(events) - len(kept)
-    events = kept
+    events, skipped_events = _read_events(path / EVENTS, unreadable)
     skipped = {"windows": skipped_windows, "timeline": skipped_timeline, "clock": skipped_clock,
                "events": skipped_events}
     return Rank(rank, _read_meta(path / META, unreadable), windows, iters, kinds, ts, ds, clock, events, skipped,
