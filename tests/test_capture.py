@@ -231,6 +231,20 @@ def test_training_that_ends_while_tracing_keeps_what_was_traced_and_one_warming_
     assert ("stop", None) in FakeTracer.log
 
 
+def test_the_writers_thread_ends_when_the_listener_closes(tmp_path, clock):
+    import threading
+
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+        use_fake_tracer(lis)
+        run(lis, clock, slow_from_81)
+        assert any(t.name == "trainperf-capture" for t in threading.enumerate())
+    for thread in threading.enumerate():
+        if thread.name == "trainperf-capture":
+            thread.join(5.0)
+    assert not any(t.name == "trainperf-capture" for t in threading.enumerate())
+    assert len(list(tmp_path.glob("*.gz"))) == 1
+
+
 def test_the_last_window_reported_at_close_arms_nothing(tmp_path, clock):
     with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
         use_fake_tracer(lis)

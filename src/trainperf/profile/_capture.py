@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._process import user_stacklevel
 from .._record import PerformanceRecord
 from ..sinks._base import describe
 from ..sinks._logging import LOGGER_NAME, ensure_visible
@@ -184,8 +185,11 @@ class Capture:
     def _write_traces(self) -> None:
         while True:
             with self._wake:
-                while not self._jobs:
+                while not self._jobs and self._arming:
                     self._wake.wait()
+                if not self._jobs:  # closed: the thread ends
+                    self._thread = None
+                    return
                 job = self._jobs.popleft()
             began = self._clock()
             try:
@@ -239,19 +243,23 @@ class Capture:
     def _fail(self, message: str) -> None:
         if not self._failed:
             self._failed = True
-            warnings.warn(f"trainperf: {message}; training goes on", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"trainperf: {message}; training goes on", RuntimeWarning, stacklevel=user_stacklevel())
         else:
             logger.warning("trainperf: %s", message)
 
     # ------------------------------------------------------------------ the end
     def stop_arming(self) -> None:
-        """Training is ending: the last windows trigger no capture (no iteration would follow it)."""
-        self._arming = False
+        """Training is ending: the last windows trigger no capture (no iteration would follow it), and
+        the writer's thread ends once it has written what it holds."""
+        with self._wake:
+            self._arming = False
+            self._wake.notify_all()
 
     def close(self, count: int) -> None:
-        """Training ended after ``count`` iterations: a capture still tracing keeps what it traced,
-        one still warming up is dropped; waits (at most :data:`CLOSE_WAIT_S`) for the traces being
-        written, then says them."""
+        """Training ended after ``count`` iterations (call :meth:`stop_arming` first, before the last
+        windows are reported): a capture still tracing keeps what it traced, one still warming up is
+        dropped; waits (at most :data:`CLOSE_WAIT_S`) for the traces being written, then says them."""
+        self.stop_arming()
         job = self._job
         if job is not None:
             self._job = None
