@@ -153,3 +153,17 @@ def test_a_rule_cannot_be_changed_once_made():
     rule = CaptureRule()
     with pytest.raises(dataclasses.FrozenInstanceError):
         rule.slowdown = 2.0  # type: ignore[misc]
+
+
+def test_the_running_median_follows_the_latest_thousand_windows():
+    from trainperf.profile import _rule
+
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, on_verdict=False, slowdown=1000.0))
+    for k in range(_rule.MEDIAN_WINDOWS):
+        trigger.see(10.0 + (k % 3), 10.0, "fine", float(k))
+    assert trigger.median_ms == 11.0
+    for k in range(_rule.MEDIAN_WINDOWS - 1):  # the older windows leave as new ones come
+        trigger.see(50.0, 50.0, "fine", 2000.0 + k)
+    assert len(trigger._medians) == len(trigger._order) == _rule.MEDIAN_WINDOWS
+    assert trigger.median_ms == 50.0
+    assert trigger._medians == sorted(trigger._order)

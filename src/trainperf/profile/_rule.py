@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 from dataclasses import dataclass
 
 __all__ = ["CaptureRule"]
+
+#: How many of the latest windows the running median is taken over (memory and time stay bounded
+#: over a long run with frequent reports).
+MEDIAN_WINDOWS = 1000
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -27,7 +32,7 @@ class CaptureRule:
     """When a listener with a ``profile_dir`` profiles the iterations after a bad window, and how much.
 
     A window after the warm-up triggers a capture when its p95 iteration time is above ``slowdown``
-    times the run's running median (the median of the earlier windows' median iteration times, once
+    times the run's running median (the median of the last 1,000 windows' median iteration times, once
     ``min_history`` windows are known) and at least ``min_excess_ms`` above it, or, with
     ``on_verdict``, when its verdict turns bad (from fine, from none yet, or from another bad kind).
     Windows that overlap a capture neither trigger nor count in the median.
@@ -84,19 +89,28 @@ class Trigger:
         rule: the rule.
     """
 
-    __slots__ = ("rule", "taken", "capped", "_medians", "_previous", "_last_at")
+    __slots__ = ("rule", "taken", "capped", "_medians", "_order", "_previous", "_last_at")
 
     def __init__(self, rule: CaptureRule) -> None:
         self.rule = rule
         self.taken = 0
         self.capped = 0  #: triggers the caps turned down
         self._medians: list[float] = []  # sorted
+        self._order: deque[float] = deque()  # the same values, oldest first
         self._previous: str | None = None
         self._last_at: float | None = None
 
+    def _remember(self, p50_ms: float) -> None:
+        medians, order = self._medians, self._order
+        bisect.insort(medians, p50_ms)
+        order.append(p50_ms)
+        if len(order) > MEDIAN_WINDOWS:
+            del medians[bisect.bisect_left(medians, order.popleft())]
+
     @property
     def median_ms(self) -> float | None:
-        """The running median: the median of the windows' median iteration times so far."""
+        """The running median: the median of the latest windows' median iteration times (at most
+        :data:`MEDIAN_WINDOWS`)."""
         m = self._medians
         n = len(m)
         if n == 0:
@@ -122,7 +136,7 @@ class Trigger:
             reason = f"verdict turned {kind}"
         self._previous = kind
         if p50_ms is not None and math.isfinite(p50_ms):
-            bisect.insort(self._medians, p50_ms)
+            self._remember(p50_ms)
         if reason is None:
             return None
         if self.taken >= rule.max_captures or (self._last_at is not None
