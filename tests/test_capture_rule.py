@@ -167,3 +167,36 @@ def test_the_running_median_follows_the_latest_thousand_windows():
     assert len(trigger._medians) == len(trigger._order) == _rule.MEDIAN_WINDOWS
     assert trigger.median_ms == 50.0
     assert trigger._medians == sorted(trigger._order)
+
+
+@pytest.mark.parametrize(("p50s", "median"), [
+    ([4.0, 2.0], 3.0), ([6.0, 1.0, 5.0, 2.0, 4.0, 3.0], 3.5), ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], 4.5),
+    ([9.0], 9.0), ([3.0, 1.0, 2.0], 2.0),
+])
+def test_the_running_median_of_odd_and_even_counts(p50s, median):
+    trigger = Trigger(CaptureRule())
+    for k, p50 in enumerate(p50s):
+        trigger.see(p50, p50, "fine", float(k))
+    assert trigger.median_ms == median
+
+
+def test_a_p95_under_k_times_the_median_does_not_trigger_even_far_above_it_in_ms():
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, min_history=1, on_verdict=False))
+    assert feed(trigger, [10.0, 12.0]) == [None, None]  # 2 ms above, but only 1.2x
+
+
+def test_the_excess_is_the_p95_less_the_median():
+    trigger = Trigger(CaptureRule(min_interval_s=0.0, min_history=1, on_verdict=False))
+    assert feed(trigger, [0.3, 1.0]) == [None, None]  # 3.3x, but 0.7 ms above
+
+
+@pytest.mark.parametrize("slowdown", [0.5, 0.0, -2.0])
+def test_a_slowdown_at_or_under_one_is_refused(slowdown):
+    with pytest.raises(ValueError, match="slowdown must be a finite number above 1"):
+        CaptureRule(slowdown=slowdown)
+
+
+@pytest.mark.parametrize("name", ["min_interval_s", "min_excess_ms", "max_mb"])
+def test_seconds_and_sizes_given_as_text_are_refused_by_name(name):
+    with pytest.raises(ValueError, match=f"{name} must be a finite number"):
+        CaptureRule(**{name: "5"})
