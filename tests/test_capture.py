@@ -22,27 +22,38 @@ class FakeTracer:
 
     log: list[tuple[str, object]] = []
 
-    def __init__(self, listener_ref=None, *, fail_save: bool = False, fail_start: bool = False) -> None:
+    def __init__(self, *, fail_save: bool = False, fail_start: bool = False, clock=None, call_s: float = 0.0,
+                 save_s: float = 0.0) -> None:
         self.marks: list[int] = []
         self.fail_save, self.fail_start = fail_save, fail_start
+        self.clock, self.call_s, self.save_s = clock, call_s, save_s  # what each call takes on the clock
         FakeTracer.log.append(("new", None))
+
+    def _take(self, seconds: float) -> None:
+        if self.clock is not None:
+            self.clock.advance(seconds)
 
     def prepare(self) -> None:
         FakeTracer.log.append(("prepare", None))
+        self._take(self.call_s)
         if self.fail_start:
             raise RuntimeError("profiler busy")
 
     def start(self) -> None:
         FakeTracer.log.append(("start", None))
+        self._take(self.call_s)
 
     def mark(self, iteration: int) -> None:
         FakeTracer.log.append(("mark", iteration))
+        self._take(self.call_s)
         self.marks.append(iteration)
 
     def stop(self) -> None:
         FakeTracer.log.append(("stop", None))
+        self._take(self.call_s)
 
     def save(self, path: str) -> None:
+        self._take(self.save_s)
         if self.fail_save:
             raise OSError(28, "No space left on device")
         events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{m}", "ts": float(m), "dur": 1.0,
@@ -80,7 +91,7 @@ def use_fake_tracer(listener, **kwargs):
     listener._capture._new_tracer = lambda: FakeTracer(**kwargs)
 
 
-@pytest.mark.parametrize("frequency", [1, 5, 10, 20])
+@pytest.mark.parametrize("frequency", [1, 5, 7, 10, 20])
 def test_a_loop_turning_6x_slower_at_81_gets_one_trace_of_iterations_after_80_with_the_real_profiler(
         tmp_path, clock, frequency):
     memory = MemorySink()
@@ -90,7 +101,7 @@ def test_a_loop_turning_6x_slower_at_81_gets_one_trace_of_iterations_after_80_wi
     traces = sorted(tmp_path.glob("*.pt.trace.json.gz"))
     assert len(traces) == 1  # the default interval allows one in this run
     steps = traced_steps(traces[0])
-    window_end = 80 + frequency  # the first window holding iteration 81 closes here
+    window_end = -(-81 // frequency) * frequency  # the first window holding iteration 81 closes here
     assert steps == [window_end + 2, window_end + 3, window_end + 4]  # armed at once, one warm-up iteration
     assert min(steps) > 80
     data = json.loads(gzip.decompress(traces[0].read_bytes()))
@@ -100,8 +111,8 @@ def test_a_loop_turning_6x_slower_at_81_gets_one_trace_of_iterations_after_80_wi
     assert first_mm >= first_step  # nothing before the first traced iteration
     assert traces[0].name == f"{lis.host}_{lis.pid}-iter{steps[0]}-{steps[-1]}.pt.trace.json.gz"
     meta = data["trainperf"]
-    assert (meta["trigger_last_iteration"], meta["first_iteration"], meta["last_iteration"]) == (
-        window_end, steps[0], steps[-1])
+    assert (meta["trigger_first_iteration"], meta["trigger_last_iteration"], meta["first_iteration"],
+            meta["last_iteration"]) == (window_end - frequency + 1, window_end, steps[0], steps[-1])
     assert meta["reason"].startswith("p95 6.00 ms > 3 x the run's median 1.00 ms")
     assert meta["traced_iteration_ms"] == pytest.approx(6.0) and meta["iterations"] == 3
     marked = [r for r in memory.records if r.capture is not None]
@@ -243,6 +254,30 @@ def test_the_writers_thread_ends_when_the_listener_closes(tmp_path, clock):
             thread.join(5.0)
     assert not any(t.name == "trainperf-capture" for t in threading.enumerate())
     assert len(list(tmp_path.glob("*.gz"))) == 1
+
+
+def test_the_captures_cost_is_the_profilers_calls_and_the_loops_figures_do_not_pay_it(tmp_path, clock):
+    memory = MemorySink()
+    with PerformanceListener(10, clock=clock, sinks=[memory], profile_dir=tmp_path / "a" / "b", sink_thread=False,
+                             profile_rule=CaptureRule(iterations=4)) as lis:
+        use_fake_tracer(lis, clock=clock, call_s=0.001)
+        run(lis, clock, slow_from_81)
+    (trace,) = (tmp_path / "a" / "b").glob("*.gz")  # the folders are made
+    meta = json.loads(gzip.decompress(trace.read_bytes()))["trainperf"]
+    # prepare, start, 4 markers, stop: 7 calls of 1 ms on the training thread
+    assert meta["cost_ms"] == pytest.approx(7.0) and lis._capture.written[0]["cost_ms"] == pytest.approx(7.0)
+    assert meta["traced_iteration_ms"] == pytest.approx(6.0)  # the profiler's calls are not the loop's time
+    assert all(r.iteration_max_ms == pytest.approx(6.0 if r.iteration > 80 else 1.0) for r in memory.records
+               if not r.warmup)
+    assert sum(r.overhead_ms for r in memory.records) == pytest.approx(7.0)  # said as trainperf's own time
+
+
+def test_the_time_to_write_the_trace_is_reported(tmp_path, clock):
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+        use_fake_tracer(lis, clock=clock, save_s=0.05)  # the shared fake clock: 50 ms pass while it writes
+        run(lis, clock, slow_from_81)
+    (written,) = lis._capture.written
+    assert written["export_ms"] == pytest.approx(50.0) and written["cost_ms"] == 0.0
 
 
 def test_the_last_window_reported_at_close_arms_nothing(tmp_path, clock):
