@@ -416,3 +416,38 @@ def test_real_time_a_loop_turning_6x_slower_at_81_is_traced_after_80(tmp_path):
     meta = json.loads(gzip.decompress(traces[0].read_bytes()))["trainperf"]
     assert meta["trigger_first_iteration"] > 80 and meta["cost_ms"] >= 0.0
     assert all(r.capture is None for r in memory.records if r.iteration <= 80)
+
+
+def test_on_a_device_the_capture_arms_when_the_late_record_is_published_and_nothing_waits(tmp_path, clock):
+    """On an asynchronous device a window's record is built once its events completed, iterations
+    later: the capture arms then, traces iterations after the slowdown, and the device is never
+    waited for until close."""
+    from fake_device import FakeDevice, FakeTimeline
+
+    device = FakeDevice(clock, max_ahead_s=0.02)
+    timeline = FakeTimeline(device)
+    memory = MemorySink()
+    published_at: dict[int, int] = {}
+
+    def when(record):  # inline: the iteration during which each record was published
+        published_at[record.iteration] = lis.iteration
+
+    with PerformanceListener(10, clock=clock, sinks=[memory, when], profile_dir=tmp_path, sink_thread=False,
+                             verdict=False) as lis:
+        use_fake_tracer(lis)
+        lis.use_device(0, timeline)
+        for i in range(1, 141):
+            timeline.begin()
+            device.launch(0.006 if i >= 81 else 0.001)
+            clock.advance(0.0002)
+            lis.record_iteration(samples=8)
+            lis._capture.wait()
+        assert timeline.calls["wait"] == 0
+    (trace,) = tmp_path.glob("*.gz")
+    steps = traced_steps(trace)
+    meta = json.loads(gzip.decompress(trace.read_bytes()))["trainperf"]
+    assert meta["trigger_last_iteration"] == 90 and min(steps) > 90 and len(steps) == 3
+    warm_up = [c for c in FakeTracer.log if c[0] == "mark"][0][1] - 1
+    assert published_at[90] > 90  # the device ran behind the host
+    assert warm_up == published_at[90] + 1  # armed as the record was built: the next iteration warms up
+    assert [r.iteration for r in memory.records if r.capture] == [100]
