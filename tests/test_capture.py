@@ -74,7 +74,7 @@ def run(listener, clock, step_s, n=140, *, work=None, samples=8):
             work()
         clock.advance(step_s(i))
         listener.record_iteration(samples=samples)
-        listener._capture.wait()  # the writer's time passes between iterations, as in real training
+        assert listener._capture.wait(10.0)  # the writer's time passes between iterations, as in real training
 
 
 def slow_from_81(i: int) -> float:
@@ -441,7 +441,7 @@ def test_on_a_device_the_capture_arms_when_the_late_record_is_published_and_noth
             device.launch(0.006 if i >= 81 else 0.001)
             clock.advance(0.0002)
             lis.record_iteration(samples=8)
-            lis._capture.wait()
+            assert lis._capture.wait(10.0)
         assert timeline.calls["wait"] == 0
     (trace,) = tmp_path.glob("*.gz")
     steps = traced_steps(trace)

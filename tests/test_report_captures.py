@@ -263,7 +263,7 @@ def test_a_listener_with_profile_dir_and_run_dir_gets_its_capture_beside_window_
         for i in range(1, 141):
             clock.advance(slow_from_81(i))
             lis.record_iteration(samples=4)
-            lis._capture.wait()  # the writer's time passes between iterations, as in real training
+            assert lis._capture.wait(10.0)  # the writer's time passes between iterations, as in real training
     (trace,) = (tmp_path / "traces").glob("*.gz")
     report = build_report(root)
     (c,) = report["captures"]
@@ -321,7 +321,7 @@ def _handover_rank(rank: int, port: int, out: str) -> None:
         clock.advance(slow_from_81(i) if rank == 1 else 0.001)
         listener.record_iteration(samples=4)
         if listener._capture is not None:
-            listener._capture.wait()
+            assert listener._capture.wait(10.0)
     listener.close()  # rank 1 hands its files to rank 0; rank 0 waits for them
     dist.destroy_process_group()
     os._exit(0)
