@@ -274,10 +274,46 @@ def test_the_captures_cost_is_the_profilers_calls_and_the_loops_figures_do_not_p
 
 def test_the_time_to_write_the_trace_is_reported(tmp_path, clock):
     with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
-        use_fake_tracer(lis, clock=clock, save_s=0.05)  # the shared fake clock: 50 ms pass while it writes
+        use_fake_tracer(lis, clock=clock, save_s=500.0)  # the shared fake clock: 500 s pass while it writes
         run(lis, clock, slow_from_81)
     (written,) = lis._capture.written
-    assert written["export_ms"] == pytest.approx(50.0) and written["cost_ms"] == 0.0
+    assert written["export_ms"] == pytest.approx(500_000.0) and written["cost_ms"] == 0.0
+
+
+class Failing(FakeTracer):
+    """A profiler that fails at its ``n``-th marker, or when stopped."""
+
+    def __init__(self, *, mark_fails_at: int | None = None, stop_fails: bool = False) -> None:
+        super().__init__()
+        self.mark_fails_at, self.stop_fails = mark_fails_at, stop_fails
+
+    def mark(self, iteration: int) -> None:
+        super().mark(iteration)
+        if iteration == self.mark_fails_at:
+            raise RuntimeError("profiler lost its buffer")
+
+    def stop(self) -> None:
+        super().stop()
+        if self.stop_fails:
+            raise RuntimeError("stop failed")
+
+
+def test_a_profiler_failing_while_tracing_is_one_warning_and_training_goes_on(tmp_path, clock):
+    memory = MemorySink()
+    with pytest.warns(RuntimeWarning, match="the profiler failed while tracing iterations 92-94: RuntimeError"):
+        with PerformanceListener(10, clock=clock, sinks=[memory], profile_dir=tmp_path, sink_thread=False) as lis:
+            lis._capture._new_tracer = lambda: Failing(mark_fails_at=93)
+            run(lis, clock, slow_from_81)
+    assert list(tmp_path.iterdir()) == [] and lis.iteration == 140 and memory.records[-1].iteration == 140
+    assert not lis._capture.busy
+
+
+def test_a_profiler_failing_to_stop_when_training_ends_is_one_warning(tmp_path, clock):
+    with pytest.warns(RuntimeWarning, match="the profiler failed while stopping: RuntimeError"):
+        with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+            lis._capture._new_tracer = lambda: Failing(stop_fails=True)
+            run(lis, clock, slow_from_81, n=91)  # ends in the warm-up: the profiler is stopped at close
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_last_window_reported_at_close_arms_nothing(tmp_path, clock):

@@ -138,3 +138,21 @@ def test_events_without_a_numeric_duration_count_as_the_shortest():
     blob, trimmed = fit_trace(data, cap)
     assert trimmed == 2
     assert {"short", "tiny-kernel"} <= set(names(json.loads(gzip.decompress(blob))))
+
+
+def test_a_trace_exactly_at_the_cap_fits_and_counter_events_can_go():
+    data = trace(0)
+    pad = random.Random(4).randbytes(400).hex()
+    data["traceEvents"].append({"ph": "C", "name": "memory", "ts": 1.0, "pid": 1, "args": {"pad": pad}})
+    without = dict(data, traceEvents=data["traceEvents"][:-1], trainperf={"trimmed_events": 1})
+    cap = len(encode_trace(without))
+    blob, trimmed = fit_trace(data, cap)  # leaving the counter out fits exactly
+    assert trimmed == 1 and len(blob) == cap
+    assert "memory" not in names(json.loads(gzip.decompress(blob)))
+
+
+def test_a_trace_holding_nan_is_refused_rather_than_written_as_invalid_json(tmp_path):
+    raw = tmp_path / "raw.json"
+    raw.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": NaN, "dur": 1}]}')
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        finish_trace(raw, tmp_path / "t.json.gz", rank=0, world_size=None, meta={}, max_bytes=10**6)
