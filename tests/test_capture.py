@@ -201,6 +201,7 @@ def test_a_failure_to_write_the_trace_is_one_warning_and_training_goes_on(tmp_pa
                      str(ours[0].message))
     assert lis.iteration == 300 and memory.records[-1].iteration == 300
     assert lis._capture.written == []
+    assert lis._capture._spans == []  # every failed capture forgotten: later windows name none of them
 
 
 def test_a_profiler_that_cannot_start_is_one_warning_and_nothing_is_traced(tmp_path, clock):
@@ -306,6 +307,8 @@ def test_a_profiler_failing_while_tracing_is_one_warning_and_training_goes_on(tm
             run(lis, clock, slow_from_81)
     assert list(tmp_path.iterdir()) == [] and lis.iteration == 140 and memory.records[-1].iteration == 140
     assert not lis._capture.busy
+    assert FakeTracer.log[-1] == ("stop", None)  # not left running
+    assert all(r.capture is None for r in memory.records)  # the window of the failed capture names none
 
 
 def test_a_profiler_failing_to_stop_when_training_ends_is_one_warning(tmp_path, clock):

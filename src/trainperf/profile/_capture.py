@@ -121,10 +121,13 @@ class Capture:
         traced = (count + 2, count + 1 + self.rule.iterations)
         path = self.directory / f"{name}-iter{traced[0]}-{traced[1]}.pt.trace.json.gz"
         began = self._clock()
+        tracer = None
         try:
             tracer = self._new_tracer()
             tracer.prepare()
         except Exception as exc:  # noqa: BLE001 - a capture never stops training
+            if tracer is not None:
+                _stop_quietly(tracer)
             self._fail(f"could not start the profiler for iterations {traced[0]}-{traced[1]}: {describe(exc)}")
             return
         job = _Job(tracer, path, count, traced[0], traced[1], (first, record.iteration), reason, median_ms, rank)
@@ -159,6 +162,8 @@ class Capture:
         except Exception as exc:  # noqa: BLE001
             self._job = None
             self._disturbed_until = count
+            _stop_quietly(job.tracer)  # never left running
+            self._forget(job)
             self._fail(f"the profiler failed while tracing iterations {job.first}-{job.last}: {describe(exc)}")
         finally:
             job.cost_s += self._clock() - began
@@ -173,6 +178,10 @@ class Capture:
                 self._thread = threading.Thread(target=self._write_traces, name="trainperf-capture", daemon=True)
                 self._thread.start()
             self._wake.notify()
+
+    def _forget(self, job: _Job) -> None:
+        """A capture that wrote nothing: windows not yet reported name no trace for it."""
+        self._spans = [span for span in self._spans if span[2] != str(job.path)]
 
     def path_in(self, first: int, last: int) -> str | None:
         """The trace of a capture whose iterations (its warm-up included) overlap ``first``-``last``."""
@@ -226,6 +235,7 @@ class Capture:
             if not self._exporting and self._job is None:
                 self._disturbed_until = count
             if isinstance(result, BaseException):
+                self._forget(job)
                 self._fail(f"could not write the trace of iterations {job.first}-{job.last} to "
                            f"{str(job.path)!r}: {describe(result)}")
                 continue
@@ -269,8 +279,8 @@ class Capture:
                     self._job = job  # _stop clears it
                     self._stop(job)
                 else:
+                    self._forget(job)
                     job.tracer.stop()
-                    self._spans.pop()
             except Exception as exc:  # noqa: BLE001
                 self._fail(f"the profiler failed while stopping: {describe(exc)}")
         self.wait(CLOSE_WAIT_S)
@@ -280,6 +290,13 @@ class Capture:
         """Wait until every trace handed to the writer is written (or has failed); whether it is."""
         with self._wake:
             return self._wake.wait_for(lambda: self._exporting == 0, timeout=timeout_s)
+
+
+def _stop_quietly(tracer: Tracer) -> None:
+    try:
+        tracer.stop()
+    except Exception:  # noqa: BLE001, S110 - already failing; said by the caller
+        pass
 
 
 def _ms(value: float | None) -> str:
