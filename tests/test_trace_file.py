@@ -156,3 +156,20 @@ def test_a_trace_holding_nan_is_refused_rather_than_written_as_invalid_json(tmp_
     raw.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": NaN, "dur": 1}]}')
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
         finish_trace(raw, tmp_path / "t.json.gz", rank=0, world_size=None, meta={}, max_bytes=10**6)
+
+
+def test_a_trace_exactly_the_cap_is_written_whole():
+    data = trace(30)
+    cap = len(encode_trace(data))
+    blob, trimmed = fit_trace(data, cap)
+    assert trimmed == 0 and len(blob) == cap
+
+
+def test_what_was_written_cannot_be_changed(tmp_path):
+    import dataclasses
+
+    raw = tmp_path / "raw.json"
+    raw.write_text(json.dumps(trace(2)))
+    written = finish_trace(raw, tmp_path / "t.json.gz", rank=0, world_size=None, meta={}, max_bytes=10**6)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        written.size = 0  # type: ignore[misc]
