@@ -260,17 +260,17 @@ def test_the_writers_thread_ends_when_the_listener_closes(tmp_path, clock):
 def test_the_captures_cost_is_the_profilers_calls_and_the_loops_figures_do_not_pay_it(tmp_path, clock):
     memory = MemorySink()
     with PerformanceListener(10, clock=clock, sinks=[memory], profile_dir=tmp_path / "a" / "b", sink_thread=False,
-                             profile_rule=CaptureRule(iterations=4)) as lis:
-        use_fake_tracer(lis, clock=clock, call_s=0.001)
-        run(lis, clock, slow_from_81)
+                             profile_rule=CaptureRule(iterations=4, max_captures=1)) as lis:
+        use_fake_tracer(lis, clock=clock, call_s=1000.0)  # far longer than the clock's reading: no % slips by
+        run(lis, clock, lambda i: 0.0065 if i >= 81 else 0.001)
     (trace,) = (tmp_path / "a" / "b").glob("*.gz")  # the folders are made
     meta = json.loads(gzip.decompress(trace.read_bytes()))["trainperf"]
-    # prepare, start, 4 markers, stop: 7 calls of 1 ms on the training thread
-    assert meta["cost_ms"] == pytest.approx(7.0) and lis._capture.written[0]["cost_ms"] == pytest.approx(7.0)
-    assert meta["traced_iteration_ms"] == pytest.approx(6.0)  # the profiler's calls are not the loop's time
-    assert all(r.iteration_max_ms == pytest.approx(6.0 if r.iteration > 80 else 1.0) for r in memory.records
+    # prepare, start, 4 markers, stop: 7 calls of 1000 s on the training thread
+    assert meta["cost_ms"] == pytest.approx(7e6) and lis._capture.written[0]["cost_ms"] == pytest.approx(7e6)
+    assert meta["traced_iteration_ms"] == pytest.approx(6.5)  # the profiler's calls are not the loop's time
+    assert all(r.iteration_max_ms == pytest.approx(6.5 if r.iteration > 80 else 1.0) for r in memory.records
                if not r.warmup)
-    assert sum(r.overhead_ms for r in memory.records) == pytest.approx(7.0)  # said as trainperf's own time
+    assert sum(r.overhead_ms for r in memory.records) == pytest.approx(7e6)  # said as trainperf's own time
 
 
 def test_the_time_to_write_the_trace_is_reported(tmp_path, clock):
@@ -317,6 +317,25 @@ def test_a_profiler_failing_to_stop_when_training_ends_is_one_warning(tmp_path, 
             lis._capture._new_tracer = lambda: Failing(stop_fails=True)
             run(lis, clock, slow_from_81, n=91)  # ends in the warm-up: the profiler is stopped at close
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_warm_up_window_arms_nothing(tmp_path, clock):
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+        use_fake_tracer(lis)
+        for i in range(1, 61):  # the warm-up window waits for data (start-up), the rest do not
+            clock.advance(0.001)
+            lis.record_iteration(samples=8, etl=0.001 if i <= 10 else 0.0)
+    assert FakeTracer.log == []
+
+
+def test_training_that_ends_at_the_first_traced_iteration_writes_that_one(tmp_path, clock):
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+        use_fake_tracer(lis)
+        run(lis, clock, slow_from_81, n=92)
+    (trace,) = tmp_path.glob("*.gz")
+    meta = json.loads(gzip.decompress(trace.read_bytes()))["trainperf"]
+    assert (meta["first_iteration"], meta["last_iteration"], meta["iterations"]) == (92, 92, 1)
+    assert traced_steps(trace) == [92]  # not the marker opened for an iteration that never ran
 
 
 def test_the_last_window_reported_at_close_arms_nothing(tmp_path, clock):

@@ -173,3 +173,12 @@ def test_what_was_written_cannot_be_changed(tmp_path):
     written = finish_trace(raw, tmp_path / "t.json.gz", rank=0, world_size=None, meta={}, max_bytes=10**6)
     with pytest.raises(dataclasses.FrozenInstanceError):
         written.size = 0  # type: ignore[misc]
+
+
+def test_markers_after_the_last_traced_iteration_are_left_out(tmp_path):
+    raw = tmp_path / "raw.json"
+    raw.write_text(json.dumps(trace(3)))  # markers 10, 11, 12
+    out = tmp_path / "t.json.gz"
+    finish_trace(raw, out, rank=0, world_size=None, meta={"last_iteration": 11}, max_bytes=10**6)
+    kept = [n for n in names(json.loads(gzip.decompress(out.read_bytes()))) if n.startswith("ProfilerStep#")]
+    assert kept == ["ProfilerStep#10", "ProfilerStep#11"]

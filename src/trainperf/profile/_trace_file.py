@@ -31,6 +31,11 @@ def _is_marker(event: Any) -> bool:
     return isinstance(event, dict) and str(event.get("name", "")).startswith(STEP_PREFIX)
 
 
+def _marker_iteration(event: dict[str, Any]) -> int:
+    tail = str(event["name"])[len(STEP_PREFIX):]
+    return int(tail) if tail.isdigit() else -1
+
+
 def _trim_order(events: list[Any]) -> list[int]:
     """Which events go first when a trace is too big: host events before device ones, the shortest
     first; step markers and metadata never."""
@@ -95,7 +100,8 @@ def finish_trace(raw: str | os.PathLike[str], out: str | os.PathLike[str], *, ra
         out: the file to write (``.json.gz``).
         rank: the process's rank for ``distributedInfo`` (kept when the profiler wrote one).
         world_size: the run's world size, when known.
-        meta: what triggered the capture and what it cost.
+        meta: what triggered the capture and what it cost; markers of iterations after its
+            ``last_iteration`` (one opened for an iteration that never ran) are left out.
         max_bytes: the cap on the written file.
     """
     with open(raw, encoding="utf-8") as f:
@@ -109,6 +115,10 @@ def finish_trace(raw: str | os.PathLike[str], out: str | os.PathLike[str], *, ra
     info.setdefault("rank", 0)
     if world_size is not None:
         info.setdefault("world_size", world_size)
+    last = meta.get("last_iteration")
+    events = data.get("traceEvents")
+    if isinstance(last, int) and isinstance(events, list):  # training ended with a marker open for no iteration
+        data["traceEvents"] = [e for e in events if not _is_marker(e) or _marker_iteration(e) <= last]
     # First in the file: a reader that looks for the first "rank" finds this one, not an event's.
     data = {"distributedInfo": info, **data, "trainperf": meta}
     blob, trimmed = fit_trace(data, max_bytes)
