@@ -509,3 +509,49 @@ def test_on_a_device_the_capture_arms_when_the_late_record_is_published_and_noth
     assert published_at[90] > 90  # the device ran behind the host
     assert warm_up == published_at[90] + 1  # armed as the record was built: the next iteration warms up
     assert [r.iteration for r in memory.records if r.capture] == [100]
+
+
+def test_the_median_and_the_trigger_use_the_windows_median_not_their_mean(tmp_path, clock):
+    def step_s(i: int) -> float:  # one longer iteration in each window: the mean is above the median
+        if i % 10 == 5:
+            return 0.015 if i >= 81 else 0.0025
+        return 0.006 if i >= 81 else 0.001
+
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False, verdict=False) as lis:
+        use_fake_tracer(lis)
+        run(lis, clock, step_s)
+    (trace,) = tmp_path.glob("*.gz")
+    meta = json.loads(gzip.decompress(trace.read_bytes()))["trainperf"]
+    assert meta["trigger_last_iteration"] == 90
+    assert meta["trigger_median_ms"] == pytest.approx(6.0)  # the window's p50; its mean is 6.9
+    assert lis._capture.trigger.median_ms == pytest.approx(1.0)  # of the windows' medians (their means: 1.15)
+
+
+def test_without_percentiles_the_mean_iteration_time_is_used(tmp_path, clock):
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                             report_iteration=False) as lis:
+        use_fake_tracer(lis)
+        run(lis, clock, slow_from_81)
+    (trace,) = tmp_path.glob("*.gz")
+    meta = json.loads(gzip.decompress(trace.read_bytes()))["trainperf"]
+    assert meta["reason"] == "p95 6.00 ms > 3 x the run's median 1.00 ms"
+    assert meta["trigger_median_ms"] == pytest.approx(6.0)
+
+
+def test_a_listener_never_closed_does_not_hold_the_interpreter_at_exit(tmp_path):
+    import subprocess
+    import sys
+
+    code = f"""
+import torch
+from trainperf import PerformanceListener
+clock = [100.0]
+lis = PerformanceListener(10, clock=lambda: clock[0], sinks=[], sink_thread=False, profile_dir={str(tmp_path)!r})
+for i in range(1, 100):
+    clock[0] += 0.006 if i >= 81 else 0.001
+    lis.record_iteration(samples=8)
+assert lis._capture._thread is not None
+print("done")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr[-2000:]
