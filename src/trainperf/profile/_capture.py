@@ -44,6 +44,7 @@ class _Job:
     reason: str
     median_ms: float | None  #: the triggering window's median iteration time
     rank: int | None
+    world_size: int | None
     cost_s: float = 0.0  #: training-thread seconds in the profiler's calls
     ends: list[float] | None = None  #: the end times of iterations first-1 .. last
     started: bool = False
@@ -117,7 +118,7 @@ class Capture:
             self._arm(record, first, count, reason, p50)
 
     def _arm(self, record: PerformanceRecord, first: int, count: int, reason: str, median_ms: float | None) -> None:
-        rank, _, name = self._who()
+        rank, world_size, name = self._who()
         traced = (count + 2, count + 1 + self.rule.iterations)
         path = self.directory / f"{name}-iter{traced[0]}-{traced[1]}.pt.trace.json.gz"
         began = self._clock()
@@ -130,7 +131,8 @@ class Capture:
                 _stop_quietly(tracer)
             self._fail(f"could not start the profiler for iterations {traced[0]}-{traced[1]}: {describe(exc)}")
             return
-        job = _Job(tracer, path, count, traced[0], traced[1], (first, record.iteration), reason, median_ms, rank)
+        job = _Job(tracer, path, count, traced[0], traced[1], (first, record.iteration), reason, median_ms, rank,
+                   world_size)
         job.cost_s = self._clock() - began
         self._job = job
         self._disturbed_until = math.inf
@@ -201,10 +203,10 @@ class Capture:
                     return
                 job = self._jobs.popleft()
             began = self._clock()
+            result: dict[str, Any] | Exception
             try:
-                result: Any = self._write(job)
-                meta = result
-                meta["export_ms"] = 1000.0 * (self._clock() - began)
+                result = self._write(job)
+                result["export_ms"] = 1000.0 * (self._clock() - began)
             except Exception as exc:  # noqa: BLE001 - said on the training thread
                 result = exc
             with self._wake:
@@ -217,9 +219,8 @@ class Capture:
         raw = job.path.with_name(f".{job.path.name}.raw.json")
         try:
             job.tracer.save(str(raw))
-            _, world_size, _ = self._who()
             meta = job.meta()
-            written = finish_trace(raw, job.path, rank=job.rank, world_size=world_size, meta=meta,
+            written = finish_trace(raw, job.path, rank=job.rank, world_size=job.world_size, meta=meta,
                                    max_bytes=self.rule.max_bytes)
         finally:
             try:
