@@ -493,7 +493,7 @@ class PerformanceListener:
             return None
         return self._report((self._clock(), etl, started, samples, batches, other, steps, skipped))
 
-    def _record_at(
+    def record_step(
         self,
         now: float,
         samples: int | None,
@@ -505,8 +505,10 @@ class PerformanceListener:
         skipped: int,
         tokens: int | None = None,
     ) -> PerformanceRecord | None:
-        """:meth:`record_iteration` for an adapter that has just read the listener's clock (``now``)
-        and whose figures are differences of that clock: nothing to check again, no second read."""
+        """The adapters' entry point: :meth:`record_iteration` for an iteration that ended at ``now``, a
+        reading of :attr:`clock` (not of the raw clock), whose figures are differences of that clock:
+        nothing is checked again and the clock is not read a second time. A
+        :class:`~trainperf.core.StepAccountant` calls it with these arguments, in this order."""
         if _get_ident() != self._owner or self._explicit_etl:  # first call, other threads, add_etl
             if started is not None:  # record_iteration takes the raw clock's time
                 started += self._user_clock.shift

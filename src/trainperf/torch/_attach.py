@@ -80,7 +80,7 @@ class Attachment:
         # The same clock read inline on the two reads of every iteration (no extra Python call).
         self._uc = listener.clock_parts()
         self._gc_pauses = listener.gc_pauses  # a fetch's own collections are GC, not data wait
-        self._record = listener._record_at  # the clock's own differences: nothing to check again
+        self._record = listener.record_step  # the clock's own differences: nothing to check again
         self._count_tokens = token_counter(listener)  # a batch's real tokens, read as the loader gives it
         self._flop_counter: StepFlopCounter | None = None  # until training starts, and once counted
         self._started = False

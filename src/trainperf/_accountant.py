@@ -1,0 +1,153 @@
+"""One iteration's account from plain events: the same definitions for every framework's adapter.
+
+An adapter translates its framework's hooks into a few calls, each with readings of one clock (the
+listener's, which stands still while trainperf works):
+
+* :meth:`StepAccountant.fetch`: the training loader delivered a batch (or, with ``batch=False``,
+  started or ended an epoch) after blocking for some seconds: **data wait**, wherever it falls;
+* :meth:`StepAccountant.begin`: the first sign of the step's own work (a batch handed to the
+  step, a training forward pass); later calls in the same iteration change nothing;
+* :meth:`StepAccountant.wait`: seconds blocked in a collective the framework runs between steps
+  (Lightning's stop-signal broadcast, the Trainer's count of tokens across ranks): **collective
+  wait**, never host work;
+* :meth:`StepAccountant.span`: seconds of evaluation or checkpointing between steps: **other host
+  time**, and also its own figure (``eval_ms``, ``checkpoint_ms``);
+* :meth:`StepAccountant.end`: the optimizer step ended; the iteration is handed to the listener.
+
+The iteration runs from the previous step's end (its *boundary*) to this one's. Its parts add up:
+data wait (every fetch of the iteration, micro-batches after the first included), other host time
+(from the boundary to the first sign, less the data wait and collective waits before it: the
+loop's own work, evaluation, checkpoints, logging, whatever callbacks run after a step), and the
+step itself (the rest: moving the batch, forwards, backward, collectives inside the step, the
+optimizer). A framework's hook order moves none of these points: the boundary is the optimizer
+step's own end, not the hook an adapter happens to run in.
+
+Example:
+    >>> calls = []
+    >>> account = StepAccountant(lambda *args: calls.append(args), at=0.0)
+    >>> account.fetch(0.010, samples=8)      # 10 ms waiting for the batch
+    >>> account.begin(0.012)                 # 2 ms of the loop's own work, then the step
+    >>> account.end(0.050)                   # the optimizer step ended
+    >>> now, samples, batches, etl, started, other, steps, skipped, tokens = calls[0]
+    >>> (now, samples, batches, round(etl, 3), round(other, 3), steps)
+    (0.05, 8, 1, 0.01, 0.002, 1)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+__all__ = ["Record", "StepAccountant", "SPAN_KINDS"]
+
+#: The spans adapters name: evaluation and checkpoint saving or loading (``eval_ms``, ``checkpoint_ms``).
+SPAN_KINDS = ("eval", "checkpoint")
+
+#: What receives each iteration: ``(now, samples, batches, etl, started, other, steps, skipped, tokens)``,
+#: the order of :meth:`trainperf.PerformanceListener.record_step`.
+Record = Callable[[float, "int | None", int, float, "float | None", float, int, int, "int | None"], object]
+
+
+class StepAccountant:
+    """Splits each iteration into data wait, other host time, collective wait and the step.
+
+    Args:
+        record: called once per iteration with its figures (the listener's :meth:`record_step`).
+        at: where the first iteration begins, on the clock every later reading comes from.
+        add_time: where named parts go (the listener's ``add_time``): the spans' seconds.
+        add_wait: where collective waits between steps go (a collective timer's ``add_wait``);
+            without one they count as the step's time, never as host time.
+    """
+
+    __slots__ = ("_record", "_add_time", "_add_wait", "boundary", "began", "etl", "_etl_before", "_wait",
+                 "_wait_before", "samples", "batches", "tokens", "steps", "skipped")
+
+    def __init__(self, record: Record, *, at: float = 0.0, add_time: Callable[[str, float], None] | None = None,
+                 add_wait: Callable[[float], None] | None = None) -> None:
+        self._record = record
+        self._add_time = add_time
+        self._add_wait = add_wait
+        self.restart(at)
+
+    def restart(self, at: float) -> None:
+        """Training (re)starts at ``at``: nothing of an unfinished iteration is kept."""
+        self.boundary = at
+        self._clear()
+
+    def _clear(self) -> None:
+        self.began: float | None = None  # the first sign of the step's own work
+        self.etl = 0.0
+        self._etl_before = 0.0  # data wait before that sign (inside the gap, so not host work)
+        self._wait = 0.0
+        self._wait_before = 0.0
+        self.samples: int | None = 0
+        self.batches = 0
+        self.tokens: int | None = 0
+        self.steps = 0
+        self.skipped = 0
+
+    @property
+    def open(self) -> bool:
+        """Whether the iteration has begun (a batch was delivered, or the step's work seen)."""
+        return self.began is not None or self.batches > 0
+
+    # -- events ------------------------------------------------------------------------------------
+    def fetch(self, seconds: float, *, samples: int | None = None, tokens: int | None = None,
+              batch: bool = True) -> None:
+        """The training loader blocked ``seconds`` (its own GC pauses already taken out) and delivered
+        a batch of ``samples`` and ``tokens`` (``None``: not known); ``batch=False``: it delivered none
+        (an epoch's ``iter()`` starting workers, an exhausted loader's ``StopIteration``)."""
+        self.etl += seconds
+        if self.began is None:
+            self._etl_before += seconds
+        if not batch:
+            return
+        self.batches += 1
+        counted = self.samples
+        self.samples = None if samples is None or counted is None else counted + samples
+        have = self.tokens
+        self.tokens = None if tokens is None or have is None else have + tokens
+
+    def begin(self, at: float) -> None:
+        """The step's own work began at ``at`` (only the iteration's first sign counts)."""
+        if self.began is None:
+            self.began = at
+
+    def wait(self, seconds: float) -> None:
+        """``seconds`` blocked in a collective outside the step (a framework's own, between steps)."""
+        self._wait += seconds
+        if self.began is None:
+            self._wait_before += seconds
+
+    def span(self, kind: str, seconds: float) -> None:
+        """``seconds`` of ``kind`` (``"eval"``, ``"checkpoint"``) between steps: other host time, and
+        reported as its own figure (``<kind>_ms``, the mean per iteration of the window)."""
+        if self._add_time is not None and seconds > 0.0:
+            self._add_time(kind, seconds)
+
+    def step(self, skipped: bool = False) -> None:
+        """An optimizer step of the iteration happened (``skipped``: a scaler skipped it). Several
+        may happen before :meth:`end` (manual optimisation, several optimizers)."""
+        self.steps += 1
+        if skipped:
+            self.skipped += 1
+
+    def end(self, at: float, *, batches: int | None = None) -> None:
+        """The iteration's last optimizer step ended at ``at``: hand it over and start the next one
+        there. ``batches`` overrides the batch count (micro-batches seen by the framework when no
+        loader fetch was). An iteration with no step counted is one step."""
+        began = self.began if self.began is not None else at
+        other = began - self.boundary - self._etl_before - self._wait_before
+        if other < 0.0:
+            other = 0.0
+        wait = self._wait
+        if wait and self._add_wait is not None:
+            self._add_wait(wait)
+        steps = self.steps or 1
+        count = self.batches if batches is None else batches
+        known = count == self.batches and count > 0
+        samples = self.samples if known else None
+        tokens = self.tokens if known else None
+        etl, skipped = self.etl, self.skipped
+        self.boundary = at
+        self._clear()
+        self._record(at, samples, count, etl, None, other, steps, skipped, tokens)

@@ -1,0 +1,183 @@
+"""The step accountant with plain numbers: no clock, no listener, no framework."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainperf._accountant import StepAccountant
+
+
+class Calls:
+    def __init__(self):
+        self.rows = []
+        self.times = []
+        self.waits = []
+
+    def record(self, *args):
+        self.rows.append(args)
+
+    def add_time(self, name, seconds):
+        self.times.append((name, seconds))
+
+    def add_wait(self, seconds):
+        self.waits.append(seconds)
+
+
+def make(at=0.0, waits=True):
+    calls = Calls()
+    account = StepAccountant(calls.record, at=at, add_time=calls.add_time,
+                             add_wait=calls.add_wait if waits else None)
+    return calls, account
+
+
+def split(row):
+    now, samples, batches, etl, started, other, steps, skipped, tokens = row
+    return dict(now=now, samples=samples, batches=batches, etl=etl, started=started, other=other, steps=steps,
+                skipped=skipped, tokens=tokens)
+
+
+def test_parts_add_up_to_the_iteration():
+    calls, account = make(at=1.0)
+    account.fetch(0.020, samples=8, tokens=100)
+    account.begin(1.030)  # 10 ms of the loop's own work after the 20 ms fetch
+    account.end(1.100)
+    row = split(calls.rows[0])
+    assert row["now"] == 1.100
+    assert row["etl"] == pytest.approx(0.020)
+    assert row["other"] == pytest.approx(0.010)
+    assert (row["samples"], row["batches"], row["tokens"], row["steps"], row["skipped"]) == (8, 1, 100, 1, 0)
+    assert row["started"] is None
+    compute = row["now"] - 1.0 - row["etl"] - row["other"]
+    assert compute == pytest.approx(0.070)
+
+
+def test_the_next_iteration_starts_where_the_step_ended():
+    calls, account = make(at=0.0)
+    account.fetch(0.01, samples=4)
+    account.begin(0.01)
+    account.end(0.05)
+    account.begin(0.08)  # 30 ms after the step: a user's callback, logging
+    account.fetch(0.01, samples=4)  # fetched after the step began (a later micro-batch)
+    account.end(0.12)
+    second = split(calls.rows[1])
+    assert second["other"] == pytest.approx(0.03)
+    assert second["etl"] == pytest.approx(0.01)
+    assert second["samples"] == 4 and second["batches"] == 1
+
+
+def test_micro_batches_fetched_inside_the_step_are_data_wait_not_taken_from_other():
+    calls, account = make()
+    account.fetch(0.01, samples=2, tokens=5)
+    account.begin(0.015)
+    account.fetch(0.02, samples=2, tokens=7)
+    account.fetch(0.03, samples=3, tokens=None)
+    account.end(0.2)
+    row = split(calls.rows[0])
+    assert row["etl"] == pytest.approx(0.06)
+    assert row["other"] == pytest.approx(0.005)
+    assert row["batches"] == 3 and row["samples"] == 7 and row["tokens"] is None
+
+
+def test_epoch_fetches_are_data_wait_without_a_batch():
+    calls, account = make()
+    account.fetch(0.5, batch=False)  # iter() starting workers
+    account.fetch(0.1, samples=3)
+    account.begin(0.7)
+    account.end(1.0)
+    row = split(calls.rows[0])
+    assert row["etl"] == pytest.approx(0.6)
+    assert row["other"] == pytest.approx(0.1)
+    assert row["batches"] == 1 and row["samples"] == 3
+
+
+def test_collective_wait_between_steps_is_neither_host_time_nor_data():
+    calls, account = make()
+    account.wait(0.04)
+    account.fetch(0.01, samples=1)
+    account.begin(0.06)
+    account.wait(0.5)  # inside the step: not taken from other either way
+    account.end(0.9)
+    row = split(calls.rows[0])
+    assert row["other"] == pytest.approx(0.01)
+    assert row["etl"] == pytest.approx(0.01)
+    assert calls.waits == [pytest.approx(0.54)]
+
+
+def test_without_a_wait_sink_collective_waits_stay_in_the_step():
+    calls, account = make(waits=False)
+    account.wait(0.04)
+    account.begin(0.05)
+    account.end(0.1)
+    assert split(calls.rows[0])["other"] == pytest.approx(0.01)
+
+
+def test_spans_are_other_time_and_their_own_figure():
+    calls, account = make()
+    account.span("eval", 0.3)
+    account.span("checkpoint", 0.2)
+    account.span("eval", 0.0)  # nothing to say
+    account.fetch(0.01, samples=2)
+    account.begin(0.6)
+    account.end(0.7)
+    row = split(calls.rows[0])
+    assert row["other"] == pytest.approx(0.59)
+    assert calls.times == [("eval", 0.3), ("checkpoint", 0.2)]
+
+
+def test_steps_and_skipped_steps_are_counted():
+    calls, account = make()
+    account.begin(0.0)
+    account.step()
+    account.step(skipped=True)
+    account.end(0.1)
+    row = split(calls.rows[0])
+    assert (row["steps"], row["skipped"]) == (2, 1)
+    account.begin(0.2)
+    account.end(0.3)
+    assert split(calls.rows[1])["steps"] == 1 and split(calls.rows[1])["skipped"] == 0
+
+
+def test_no_sign_of_the_step_makes_the_whole_gap_host_time_less_data():
+    calls, account = make()
+    account.fetch(0.02, samples=1)
+    account.end(0.05)
+    row = split(calls.rows[0])
+    assert row["other"] == pytest.approx(0.03)
+
+
+def test_given_batch_count_without_fetches_leaves_samples_unknown():
+    calls, account = make()
+    account.begin(0.0)
+    account.end(0.1, batches=4)
+    row = split(calls.rows[0])
+    assert row["batches"] == 4 and row["samples"] is None and row["tokens"] is None
+
+
+def test_a_given_count_that_disagrees_with_the_fetches_leaves_samples_unknown():
+    calls, account = make()
+    account.fetch(0.0, samples=2, tokens=3)
+    account.end(0.1, batches=2)
+    row = split(calls.rows[0])
+    assert row["batches"] == 2 and row["samples"] is None and row["tokens"] is None
+
+
+def test_other_is_never_negative():
+    calls, account = make(at=1.0)
+    account.fetch(0.5, samples=1)  # a fetch reading longer than the gap (clock granularity)
+    account.begin(1.1)
+    account.end(1.2)
+    assert split(calls.rows[0])["other"] == 0.0
+
+
+def test_restart_forgets_an_unfinished_iteration():
+    calls, account = make()
+    account.fetch(0.3, samples=9)
+    account.begin(0.4)
+    account.restart(5.0)
+    assert not account.open
+    account.fetch(0.1, samples=1)
+    assert account.open
+    account.begin(5.2)
+    account.end(5.3)
+    row = split(calls.rows[0])
+    assert row["etl"] == pytest.approx(0.1) and row["other"] == pytest.approx(0.1) and row["samples"] == 1
