@@ -23,7 +23,16 @@ def test_defaults_and_normalised_numbers():
 def test_the_listener_keeps_its_options_and_records_follow_them():
     listener = PerformanceListener(3, sinks=[], report_score=True, verdict=False, gc_bound_share=5.0)
     assert listener.options == ListenerOptions(3, report_score=True, verdict=False, gc_bound_share=5.0)
-    assert listener.options.thresholds == Thresholds(20.0, 5.0, 20.0) == listener.thresholds
+    assert listener.options.thresholds == Thresholds(20.0, 5.0, 20.0)
+    listener.close()
+
+
+def test_options_are_read_from_one_place_not_mirrored_on_the_listener():
+    listener = PerformanceListener(3, sinks=[], report_gc=True)
+    mirrors = ["report_score", "report_gc", "report_etl", "report_iteration", "report_time", "report_sample",
+               "report_batch", "thresholds", "strict", "report_hardware", "cluster_every", "cluster_timeout_s"]
+    assert [name for name in mirrors if hasattr(listener, name)] == []
+    assert listener.options.report_gc is True and listener.frequency == 3
     listener.close()
 
 

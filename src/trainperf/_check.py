@@ -64,3 +64,23 @@ def check_str(name: str, value: object, *, empty: bool = True) -> str:
     if not empty and not value:
         raise ValueError(f"{name} must be a non-empty str, got {value!r}")
     return value
+
+
+def check_part(name: str, seconds: float) -> None:
+    """A named part's name and seconds (one chained test when they are fine: adapters call this per iteration)."""
+    if type(name) is not str or not name:
+        check_str("name", name, empty=False)
+    try:
+        if 0.0 <= seconds < math.inf:
+            return
+    except TypeError:
+        pass
+    check_seconds("seconds", seconds)
+
+
+def check_clock(reading: object) -> float:
+    """A clock's first reading is a finite number: a clock that gives NaN or infinity would make
+    every figure NaN; said at once, naming the argument."""
+    if isinstance(reading, bool) or not isinstance(reading, (int, float)) or not math.isfinite(reading):
+        raise ValueError(f"clock must return finite seconds (a monotonic clock), got {reading!r}")
+    return reading

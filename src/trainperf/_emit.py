@@ -19,6 +19,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from ._process import user_stacklevel
 from ._record import PerformanceRecord
 from .sinks._base import FanOut, Sink, SinkError, describe, on_training_thread
 
@@ -249,3 +250,9 @@ def _after_fork_in_child() -> None:
 atexit.register(_flush_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def say_sink(message: str) -> None:
+    """A sink's failure, said as a :class:`~trainperf.SinkError` warning at the user's call."""
+    warnings.warn(message if message.startswith("trainperf") else f"trainperf: {message}", SinkError,
+                  stacklevel=user_stacklevel())

@@ -10,6 +10,9 @@ be inside a call for long. It knows nothing of the listener."""
 from __future__ import annotations
 
 import threading
+import warnings
+
+from ._process import user_stacklevel
 
 __all__: list[str] = []
 
@@ -48,3 +51,15 @@ class Handover:
         left = self._left
         if left is not None and _get_ident() == self._from:
             left.set()
+
+    def share(self, first: int | None) -> None:
+        """A second thread uses the listener: wait for ``first`` (see :meth:`wait_for`) and say once
+        that every call takes the lock from now on. Call it with the lock held."""
+        self.wait_for(first)
+        warnings.warn(
+            "trainperf: this PerformanceListener is used from more than one thread; from now on each "
+            "record_iteration takes a lock. Iterations of all threads count in the same windows, in "
+            "the order they end.",
+            RuntimeWarning,
+            stacklevel=user_stacklevel(),
+        )

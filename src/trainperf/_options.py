@@ -26,6 +26,58 @@ def _check_share(name: str, value: object) -> float:
     return float(value)
 
 
+#: Each option of :class:`~trainperf.PerformanceListener` (and so of every adapter), documented once:
+#: the listener's docstring and the adapters' take it from here.
+OPTIONS_DOC = """\
+        frequency: report every this many iterations (a positive int).
+        report_score: include the last loss (read with ``float()`` on report iterations only).
+        report_gc: measure Python's garbage collection per generation through ``gc.callbacks``.
+        report_etl: include the data-loading wait.
+        report_iteration: include the window's iteration-time percentiles (p50/p95/max).
+        report_time: include the mean iteration time.
+        report_sample: include samples/sec.
+        report_batch: include batches/sec.
+        sinks: where records go; ``None`` means one :class:`~trainperf.LoggingSink`.
+            Every listener also keeps the newest records in :attr:`history`.
+        strict: re-raise a sink's exception (after every other sink got the record), for tests;
+            sinks then run on the training thread.
+        sink_thread: run the sinks on one writer thread, in order, so a slow or hanging sink never
+            slows training (records wait in a bounded queue; :meth:`flush` and :meth:`close` deliver
+            what is queued). ``False`` runs them on the training thread, inside each report.
+        history: how many records :attr:`history` keeps (``None``: all).
+        verdict: attach a live verdict (input-bound, GC-bound, fine) to each record and warn
+            the first time it turns bad.
+        input_bound_share, gc_bound_share, loop_bound_share: the verdict's lines, in percent of the
+            window: data wait (default 20), GC pauses (10) and other host time (20) at or above them
+            turn the verdict input-bound, GC-bound or loop-bound.
+        clock: monotonic clock in seconds; injectable for deterministic tests.
+        wall_clock: clock for the records' ``timestamp`` (seconds since the epoch).
+        rank: process rank in a distributed run; defaults to the ``RANK`` environment variable, else the
+            rank of an initialised ``torch.distributed`` process group.
+        run_dir: write this rank's windows, a bounded timeline and its meta data under
+            ``run_dir/rank-<rank>/`` (a :class:`~trainperf.RunDirSink`), for ``trainperf report``.
+        cluster_every: in a ``torch.distributed`` run, rank 0 gathers every rank's figures every
+            this many reports and logs which rank holds the others back, and why.
+        cluster_timeout_s: the longest a rank waits for another in that exchange; a rank that does
+            not answer in time is reported silent and left out from then on.
+        report_hardware: read this process's CPU use and RSS and its loader workers' CPU use on
+            report iterations (needs ``psutil``; without it those fields are ``None``). Adapters
+            add the device's probes (CUDA memory peaks, NVML utilisation).
+        tokens: for adapters that see the batches, how many real tokens a batch holds (a function of the
+            batch, returning an int or ``None``); by default the attention mask's sum, else the size of
+            ``input_ids``, read on the host before the batch moves to a device. Records then carry
+            ``tokens`` and ``tokens_per_sec``. A loop of your own passes ``record_iteration(tokens=...)``.
+        flops_per_step: the model's FLOPs per optimizer step (the adapters count them over one step
+            after the first otherwise); records then carry ``tflops_per_sec``.
+        peak_flops: the device's dense peak FLOP/s, for ``mfu`` (otherwise taken from
+            :func:`~trainperf.peak_flops` for the device and number format the adapters see).
+        profile_dir: when a window turns bad (see ``profile_rule``), profile the next iterations with
+            ``torch.profiler`` and write the trace under this folder (``docs/profiling.md``); the
+            record of each window the capture overlaps names the trace in ``capture``.
+        profile_rule: when to capture and how much (a :class:`~trainperf.CaptureRule`; its defaults
+            when ``None``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ListenerOptions:
     """What a listener reports and how (see :class:`~trainperf.PerformanceListener` for each)."""

@@ -242,7 +242,7 @@ class PerformanceCallback(_CallbackBase):
         self._last_step = step
         self._open = False
         score = None
-        if self.listener.report_score:
+        if self.listener.options.report_score:
             score = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if self._collective is not None:
             self._collective.on_step(self._clock())

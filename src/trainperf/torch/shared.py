@@ -78,7 +78,7 @@ def use_model_device(
         listener.use_device(device.index, (timeline_factory or CudaTimeline)(device))
         counters = AllocatorCounters(device)  # one read per report serves both
         listener.add_collector(*alloc_retries_reader(device, counters))
-        if listener.report_hardware:
+        if listener.options.report_hardware:
             listener.add_probe(memory_probe(device, counters))
             nvml = nvml_probe(device)
             if nvml is not None:
@@ -94,8 +94,9 @@ def join_cluster(listener: PerformanceListener) -> bool:
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return False
     if not any(isinstance(sink, Cluster) for sink in listener.sinks):
-        cluster = Cluster(listener, rank=dist.get_rank(), world=dist.get_world_size(), every=listener.cluster_every,
-                          timeout_s=listener.cluster_timeout_s, wall_clock=listener.wall_clock)
+        options = listener.options
+        cluster = Cluster(listener, rank=dist.get_rank(), world=dist.get_world_size(), every=options.cluster_every,
+                          timeout_s=options.cluster_timeout_s, wall_clock=listener.wall_clock)
         listener.add_sink(cluster)
     return True
 
