@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import socket
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._check import check_callable, check_clock
 from ._closer import WindowCloser
+from ._closing import run_steps, say_failures
 from ._emit import Emitter, say_sink
 from ._handover import CLOSED, SHARED, Handover
 from ._listener_setup import ListenerSetup
@@ -25,21 +26,15 @@ from ._publish import Publisher
 from ._readings import HostReadings
 from ._record import PerformanceRecord
 from ._timeline import DeviceTimeline
-from ._verdict import (
-    GC_BOUND_SHARE,
-    INPUT_BOUND_SHARE,
-    LOOP_BOUND_SHARE,
-)
+from ._verdict import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE
 from ._window import WindowEntry
 from .profile._rule import CaptureRule
 from .profile._wiring import open_capture
 from .ranks._spans import RunDirLink
-from .sinks._base import Sink, SinkError
+from .sinks._base import Sink
 from .sinks._memory import MemorySink
 
 __all__ = ["PerformanceListener", "BottleneckWarning"]
-
-
 
 _INF = math.inf
 _get_ident = threading.get_ident
@@ -277,20 +272,13 @@ class PerformanceListener(ListenerSetup):
                 self._owner = _get_ident()
                 self._own.move_to_this_thread()
                 return self.record_iteration(*call)
-            self._share()
+            self._claim()
             self._owner = _get_ident()  # the lock's holder takes the plain path for this one call
             try:
                 return self.record_iteration(*call)
             finally:
                 if not self._closed:
                     self._owner = SHARED
-
-    def _share(self) -> None:
-        """A second thread uses the listener: from now on every call takes the lock (said once, see
-        :meth:`Handover.share`). Called with the lock held."""
-        if not self._handover.shared:
-            first, self._owner = self._owner, SHARED
-            self._handover.share(first)
 
     # ------------------------------------------------------------------ reporting
     def _report(self, last: WindowEntry) -> PerformanceRecord | None:
@@ -357,34 +345,22 @@ class PerformanceListener(ListenerSetup):
             self._claim()
             if self._closed:
                 return
-            failures: list[str] = []
-            if self._capture is not None:
-                self._capture.stop_arming()
-            try:
-                self._flush_unlocked()
-            except Exception as exc:  # noqa: BLE001 - closing goes on; said below
-                failures.append(f"reporting the last window failed: {exc!r}")
-            if self._capture is not None:  # its traces written and said, their run directory events sent
-                try:
-                    self._capture.close(self._count)
-                except Exception as exc:  # noqa: BLE001
-                    failures.append(f"closing the profiler's capture failed: {exc!r}")
+            capture, count, failures = self._capture, self._count, list[str]()
+            # the capture's traces are written and said, their run directory events sent, before the sinks close
+            run_steps([("stopping the profiler's capture", capture.stop_arming if capture is not None else None),
+                       ("reporting the last window", self._flush_unlocked),
+                       ("closing the profiler's capture",
+                        functools.partial(capture.close, count) if capture is not None else None)], failures)
             self._closed = True
             self._owner = CLOSED
-            self._emitter.flush()  # what the close callbacks (a cluster link) read has reached its sinks
-            self._own.close()
-            self._readings.close()
             callbacks, self._on_close = self._on_close, []
-            for callback in callbacks:
-                try:
-                    callback()
-                except Exception as exc:  # noqa: BLE001
-                    failures.append(f"close callback {callback!r} raised {exc!r}")
+            run_steps([("delivering the records", self._emitter.flush),  # what a cluster link reads at close
+                       ("giving the clock back", self._own.close), ("closing the readings", self._readings.close),
+                       *((f"close callback {callback!r}", callback) for callback in callbacks)], failures)
             try:
                 self._emitter.close()
             finally:
-                for failure in failures:
-                    warnings.warn(f"trainperf: while closing, {failure}", SinkError, stacklevel=2)
+                say_failures(failures)
 
     def _flush_unlocked(self) -> PerformanceRecord | None:
         if self._closed:
@@ -401,11 +377,13 @@ class PerformanceListener(ListenerSetup):
         return record
 
     def _claim(self) -> None:
-        """Called, with the lock held, by the methods that change the window from outside the hot
-        path: another thread than the recording one makes the listener shared (see :meth:`_share`)."""
+        """Called with the lock held by every call from outside the unlocked hot path: a thread other
+        than the recording one makes the listener shared, every call taking the lock from now on
+        (said once, see :meth:`Handover.share`)."""
         owner = self._owner
         if owner is not None and owner >= 0 and owner != _get_ident():
-            self._share()
+            self._owner = SHARED
+            self._handover.share(owner)
 
     def __enter__(self) -> PerformanceListener:
         return self
