@@ -378,6 +378,18 @@ def test_start_at_an_earlier_reading_opens_the_first_window_there(clock):
     assert later.record_iteration(samples=4).window_s == pytest.approx(0.010)
 
 
+def test_start_after_iterations_done_before_counts_on_from_them_and_the_first_window_is_the_warm_up(clock):
+    listener, _ = make(clock, 2)
+    listener.start(iteration=10)  # a run resumed at its step 10
+    listener.start(iteration=10)  # started again before any iteration: the same
+    reports = run(listener, clock, [0.01] * 4)
+    assert [(r.first_iteration, r.iteration, r.warmup) for r in reports] == [(11, 12, True), (13, 14, False)]
+    listener.start(iteration=30)  # iterations were recorded: the count goes on from them
+    assert [r.iteration for r in run(listener, clock, [0.01] * 2)] == [16]
+    with pytest.raises(TypeError, match="iteration"):
+        listener.start(iteration=1.5)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("at", ["0", True, float("nan"), float("inf")])
 def test_start_refuses_an_at_that_is_no_clock_reading_by_name(at):
     with pytest.raises(TypeError, match="^at must be"):

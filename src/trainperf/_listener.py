@@ -136,6 +136,7 @@ class PerformanceListener(ListenerSetup):
         self._pending_etl = 0.0
         self._explicit_source = "given"
         self._count = 0
+        self._resumed_at = 0  # the count a resumed run started from (see start)
         self._next_report = 0
         self._run_dir = RunDirLink.open(run_dir, self.rank, clock, wall_clock)
         if self._run_dir is not None:

@@ -59,6 +59,7 @@ class ListenerSetup:
     _on_close: list[Callable[[], None]]
     _explicit_source: str
     _count: int
+    _resumed_at: int
     _next_report: int
     _closed: bool
     _own: OwnTime
@@ -229,20 +230,25 @@ class ListenerSetup:
         return self._count
 
     # -- what adapters add to the open window -------------------------------------------------
-    def start(self, at: float | None = None) -> None:
+    def start(self, at: float | None = None, *, iteration: int = 0) -> None:
         """Begin timing now, or at ``at`` (a reading of :attr:`clock` not later than now: an adapter
         that sees training begin with a loader's first fetch starts the window where the fetch
         began). Adapters call it when training starts; before that, time since construction counts
-        towards the first (warm-up) window."""
+        towards the first (warm-up) window. ``iteration``: the iterations done before, by a run
+        resumed from a checkpoint; before the first iteration is recorded, the count goes on from there."""
         if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at)):
             raise TypeError(f"at must be a finite reading of the listener's clock or None, got {at!r}")
+        check_int("iteration", iteration)
         self._readings.restart()
         if self._owner is None:  # the thread that starts training is the one that trains
             self._own.move_to_this_thread()
         with self._lock:
             self._closer.finish()
         now = self._clock()
-        self._reset_window(now if at is None or at > now else at, first=self._count == 0)
+        first = self._count == 0 or self._count == self._resumed_at
+        if first:
+            self._count = self._resumed_at = iteration
+        self._reset_window(now if at is None or at > now else at, first=first)
         self._closer.pending.restart()
 
     def add_etl(self, seconds: float) -> None:

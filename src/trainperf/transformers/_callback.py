@@ -4,13 +4,16 @@ host as the loader delivers them.
 
 The Trainer fetches every micro-batch of a step (``get_batch_samples``) before ``on_step_begin``, and
 accelerate's ``DataLoaderShard`` fetches one batch ahead. The callback times the base loader's fetches
-made inside that call (the copy to the device and the count of items for the loss are the Trainer's
-own host work: ``other``), counts each fetched batch's samples and tokens in fetch order, and gives
-a step the batches it trained on: as many as ``get_batch_samples`` returned, oldest first (a resumed
-run's skipped batches are not fetched through it). Evaluation, logging and saving between steps are
-``other``; an evaluation's fetches are not data wait. The figures reach the Trainer's own logs (so TensorBoard,
-W&B and the rest get them at the Trainer's step): the callback moves itself ahead of the reporting
-callbacks, which would otherwise run before it.
+made inside that call, counts each fetched batch's samples and tokens in fetch order, and gives a step
+the batches it trained on: as many as ``get_batch_samples`` returned, oldest first. A rank's wait in
+the Trainer's count of tokens across ranks (``average_tokens_across_devices``) inside that call is
+collective wait. The iteration's step begins at ``on_step_begin`` and ends where the optimizer step
+ends (torch's optimizer step hook), whatever the order of the callbacks; a
+:class:`~trainperf.core.StepAccountant` does the arithmetic. Evaluation, logging and saving between
+steps are ``other`` (evaluation and checkpoints are also reported on their own, ``eval_ms`` and
+``checkpoint_ms``); an evaluation's fetches are not data wait. The figures reach the Trainer's own
+logs (so TensorBoard, W&B and the rest get them at the Trainer's step): the callback moves itself
+ahead of the reporting callbacks, which would otherwise run before it.
 """
 
 from __future__ import annotations
@@ -21,20 +24,32 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from transformers import TrainerCallback
 
+from .._accountant import StepAccountant
 from .._check import check_bool
+from .._gc import fetch_wait
 from .._record import PerformanceRecord
 from .._runs import RunListeners, check_options
 from ..sinks._metrics import scalar_metrics
 from ..torch import _loop_hooks as loop_hooks
+from ..torch._collective import CollectiveTimer
 from ..torch._flops import StepFlopCounter, step_format
-from ..torch.shared import batch_size, join_cluster, token_counter, use_model_device
+from ..torch.shared import (
+    batch_size,
+    join_cluster,
+    loader_advisor,
+    on_cuda_of,
+    time_collectives,
+    token_counter,
+    use_model_device,
+    worker_pids,
+)
+from ._trainer import Wrappers, find_trainer, wrap_steps, wrap_training_loop
 
 __all__ = ["PerformanceCallback"]
-
-#: How far up the call stack the Trainer is looked for when the callback is set up.
-_FRAMES = 8
 
 
 class PerformanceCallback(TrainerCallback):
@@ -59,79 +74,80 @@ class PerformanceCallback(TrainerCallback):
         self.listener = self._runs.new()
         self._logged: PerformanceRecord | None = None
         self._trainer: Any = None
+        self._loop_wrapper = Wrappers()  # the training loop's, for as long as the callback lives
+        self._wrappers = Wrappers()  # one training's
         self._reset()
 
     def _reset(self) -> None:
         listener = self.listener
         self.clock: Callable[[], float] = listener.clock
         self.thread = threading.get_ident()
+        self.account = StepAccountant(listener.record_step, at=0.0, add_time=listener.add_time)
         self._count_tokens = token_counter(listener)
         self._fetched: collections.deque[tuple[int | None, int | None]] = collections.deque()  # (samples, tokens)
-        self._in_step_fetch = False  # inside the Trainer's get_batch_samples
-        self._step_batches: list[tuple[int | None, int | None]] | None = None
-        self._micro = 0
-        self._etl = 0.0
-        self._boundary = 0.0  # where the previous step ended
-        self._started = 0.0
-        self._other = 0.0
+        self._etl = 0.0  # data wait fetched, not yet handed to the accountant
+        self.in_step_fetch = False  # inside the Trainer's get_batch_samples
+        self._batches: int | None = None  # what get_batch_samples gave the current step
+        self._micro = 0  # micro-batches seen by the step events (without the Trainer)
         self._observing = False
         self._flops: StepFlopCounter | None = None
+        self._collective: CollectiveTimer | None = None
+        self._optimizers: tuple[Any, ...] = ()
+        self._step_hook: Any = None
+        self._worker_pids: frozenset[int] = frozenset()
+        self._advisor: Callable[[str], list[str]] | None = None
 
     # -- set-up ----------------------------------------------------------------------------
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._find_trainer(sys._getframe(1))
+        self._use_trainer(find_trainer(sys._getframe(1)))
 
-    def _find_trainer(self, frame: Any) -> None:
-        """Find the Trainer and its callback handler up the stack (the event's caller): the callback
-        goes first among the handler's callbacks, so its figures are in the logs the reporting
-        callbacks get, and it sees the batches each step fetches."""
-        for _ in range(_FRAMES):
-            if frame is None:
-                return
-            owner = frame.f_locals.get("self")
-            callbacks = getattr(owner, "callbacks", None)
-            if isinstance(callbacks, list) and self in callbacks and callbacks[0] is not self:
-                callbacks.remove(self)
-                callbacks.insert(0, self)
-            if callable(getattr(owner, "get_batch_samples", None)) and hasattr(owner, "callback_handler"):
-                self._wrap_batch_samples(owner)
-                return
-            frame = frame.f_back
-
-    def _wrap_batch_samples(self, trainer: Any) -> None:
-        if self._trainer is trainer:
+    def _use_trainer(self, trainer: Any) -> None:
+        """Go first among the Trainer's callbacks (so the figures are in the logs the reporting callbacks
+        get, and the step begins before the others' ``on_step_begin``), and end with its training loop."""
+        if trainer is None or trainer is self._trainer:
             return
+        self._loop_wrapper.undo()
         self._trainer = trainer
-        original = trainer.get_batch_samples
+        callbacks = getattr(getattr(trainer, "callback_handler", None), "callbacks", None)
+        if isinstance(callbacks, list) and self in callbacks and callbacks[0] is not self:
+            callbacks.remove(self)
+            callbacks.insert(0, self)
+        wrap_training_loop(trainer, self, self._loop_wrapper)
 
-        def get_batch_samples(epoch_iterator: Any, num_batches: int, device: Any) -> Any:
-            self._in_step_fetch = True
-            try:
-                batches, items = original(epoch_iterator, num_batches, device)
-            finally:
-                self._in_step_fetch = False
-            self._take(len(batches))
-            return batches, items
-
-        trainer.get_batch_samples = get_batch_samples
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
+                       train_dataloader: Any = None, **kwargs: Any) -> None:
+        if self._trainer is None:  # added after the Trainer was built: on_init_end never came
+            self._use_trainer(find_trainer(sys._getframe(1)))
+        if self._observing:  # a train() that ended without the Trainer's training loop wrapped
+            self._stop()
         if self.listener.closed:  # a second train()
             self.listener = self._runs.new()
         self._reset()
         listener = self.listener
+        trainer = self._trainer
         device = _device_of(model)
         if device is not None:
             use_model_device(listener, device)
         self._flops = StepFlopCounter(listener, device, _number_format(args, model, device))
         if getattr(args, "world_size", 1) > 1:
             listener.set_rank(getattr(args, "process_index", None))
-            join_cluster(listener)  # a no-op without an initialised process group
+            ddp = getattr(trainer, "model_wrapped", None)
+            # a no-op without an initialised process group
+            if join_cluster(listener) and isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
+                self._collective = time_collectives(listener, model if model is not None else ddp.module, ddp)
+        base = getattr(train_dataloader, "base_dataloader", train_dataloader)  # accelerate's shard wraps it
+        self._advisor = loader_advisor(base, on_cuda_of(listener))
+        listener.add_advisor(self._advise)
+        listener.set_loader_workers(lambda: self._worker_pids)
         listener.set_etl_source("loader")
+        self._optimizers = tuple(o for o in (optimizer, getattr(optimizer, "optimizer", None)) if o is not None)
+        self._step_hook = register_optimizer_step_post_hook(self._optimizer_stepped)
+        if trainer is not None:
+            wrap_steps(trainer, self, self._wrappers)
         loop_hooks.register(self)
         self._observing = True
-        listener.start()
-        self._boundary = self.clock()
+        listener.start(iteration=getattr(state, "global_step", 0) or 0)  # a resumed run counts on
+        self.account.restart(self.clock())
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         epoch = getattr(state, "epoch", None)
@@ -139,55 +155,94 @@ class PerformanceCallback(TrainerCallback):
 
     # -- the loader hooks ------------------------------------------------------------------
     def on_fetch(self, started: float, ended: float, batch: Any) -> None:
-        if self._trainer is not None and not self._in_step_fetch:
+        if self._trainer is not None and not self.in_step_fetch:
             return  # an evaluation's fetch, or one outside the steps: not the training's data wait
-        self._etl += ended - started
+        self._etl += fetch_wait(self.listener.gc_pauses, started, ended)  # its collections count as GC
         if batch is not None:
             self._fetched.append((batch_size(batch), self._count_tokens(batch)))
 
     def on_loader(self, loader: Any, iterator: Any) -> None:
-        return None
+        if self._trainer is None or self.in_step_fetch:  # the training loader (accelerate starts it lazily)
+            self._advisor = loader_advisor(loader, on_cuda_of(self.listener))
+            self._worker_pids = worker_pids(iterator)
+
+    def _advise(self, kind: str) -> list[str]:
+        return self._advisor(kind) if self._advisor is not None else []
 
     def on_scaler_update(self) -> None:
-        return None
+        if self._observing and self.account.open:  # the step hook did not run: the scaler skipped the step
+            self._end(skipped=True)
 
-    def _take(self, n: int) -> None:
-        """The step trained on ``n`` batches: the oldest fetched (one fetched ahead stays for the next)."""
-        fetched = self._fetched
-        self._step_batches = [fetched.popleft() for _ in range(min(n, len(fetched)))]
+    # -- what the Trainer's wrappers report (see _trainer) -----------------------------------
+    def took(self, batches: int) -> None:
+        """The step trains on ``batches`` batches: the oldest fetched (one fetched ahead stays for the next)."""
+        self._batches = batches
+        self._hand_over(batches)
+
+    def waited(self, seconds: float) -> None:
+        """Seconds blocked in the Trainer's own collective (the count of tokens across ranks)."""
+        if self._observing:
+            self.account.wait(seconds)
+            if self._collective is not None:
+                self._collective.add_wait(seconds)
+
+    def spent(self, kind: str, seconds: float) -> None:
+        if self._observing:
+            self.account.span(kind, seconds)
+
+    def training_ended(self) -> None:
+        self._stop()
+
+    def _hand_over(self, batches: int) -> None:
+        etl, self._etl = self._etl, 0.0
+        account, fetched = self.account, self._fetched
+        if etl:
+            account.fetch(etl, batch=False)
+        for _ in range(min(batches, len(fetched))):
+            samples, tokens = fetched.popleft()
+            account.fetch(0.0, samples=samples, tokens=tokens)
 
     # -- the step ----------------------------------------------------------------------------
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._started = now = self.clock()
+        now = self.clock()
+        if self._batches is None:  # no Trainer found: the fetches so far waited before this step
+            self._hand_over(0)
+        self.account.begin(now)
         self._micro = 1
         timeline = self.listener.timeline
         if timeline is not None:
             timeline.begin()
-        self._other = max(0.0, now - self._boundary - self._etl)
         if self._flops is not None:
             self._flops.begin()
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._micro += 1
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        batches = self._step_batches
-        if batches is None:  # no Trainer found: the oldest batches fetched, one per micro-batch
-            fetched = self._fetched
-            batches = [fetched.popleft() for _ in range(min(self._micro, len(fetched)))]
-        samples: int | None = 0
-        tokens: int | None = 0
-        for n, t in batches:
-            samples = None if n is None or samples is None else samples + n
-            tokens = None if t is None or tokens is None else tokens + t
-        if len(batches) != self._micro:
-            samples = tokens = None
-        self._step_batches = None
+    def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.account.open and any(optimizer is ours for ours in self._optimizers):
+            self._end()
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._observing and self.account.open:  # no torch optimizer step seen (DeepSpeed, a skipped one)
+            accelerator = getattr(self._trainer, "accelerator", None)
+            self._end(skipped=bool(getattr(accelerator, "optimizer_step_was_skipped", False)))
+
+    def _end(self, skipped: bool = False) -> None:
+        """The iteration's optimizer step ended now."""
+        now = self.clock()
+        if self._collective is not None:
+            self._collective.on_step(now)
         if self._flops is not None:
             self._flops.end()
-        etl, self._etl = self._etl, 0.0
-        self.listener.record_iteration(samples, self._micro, etl, None, None, self._other, 1, 0, tokens)
-        self._boundary = self.clock()  # trainperf's own time since is not on this clock
+        batches = self._batches
+        if batches is None:  # no Trainer found: the oldest batches fetched, one per micro-batch
+            batches = self._micro
+            self._hand_over(batches)
+        self._batches = None
+        self._micro = 0
+        if skipped:
+            self.account.step(skipped=True)
+        self.account.end(now, batches=batches)
 
     # -- logs and the end --------------------------------------------------------------------
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
@@ -202,18 +257,26 @@ class PerformanceCallback(TrainerCallback):
         self._stop()
 
     def _stop(self) -> None:
+        """Undo one training's hooks and wrappers and close its listener (idempotent)."""
+        if self._step_hook is not None:
+            self._step_hook.remove()
+            self._step_hook = None
+        self._wrappers.undo()
         if self._flops is not None:
             self._flops.abandon()
+            self._flops = None
         if self._observing:
             loop_hooks.unregister(self)
             self._observing = False
         self.listener.close()
 
     def close(self) -> None:
-        """Close the listener, remove the loader hooks (a training that ended has done both) and close
-        the sinks given to the callback (each training leaves them open for the next). Idempotent;
-        it also happens when the callback is collected or the interpreter exits."""
+        """Close the listener, remove the loader hooks (a training that ended has done both), give the
+        Trainer its training loop back and close the sinks given to the callback (each training leaves
+        them open for the next). Idempotent; it also happens when the callback is collected or the
+        interpreter exits."""
         self._stop()
+        self._loop_wrapper.undo()
         self._runs.close()
 
 

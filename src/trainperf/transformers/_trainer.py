@@ -1,0 +1,146 @@
+"""What the Trainer callback changes on one ``Trainer`` instance, and gives back.
+
+The callback events hand over the model, the optimizer and the training loader, not the Trainer.
+A few things only the Trainer has are needed:
+
+* ``get_batch_samples`` fetches every micro-batch of a step: the loader fetches inside it are the
+  training's (an evaluation's are not), and it returns the batches the step trains on;
+* ``accelerator.gather``, called inside it when ``average_tokens_across_devices`` counts the label
+  tokens of every rank for the loss: a rank blocked there is waiting for a slower rank (collective
+  wait), not doing host work;
+* ``evaluate`` and ``_save_checkpoint``: their time is reported on its own (``eval_ms``,
+  ``checkpoint_ms``);
+* ``model_wrapped``: the ``DistributedDataParallel`` whose collectives are timed;
+* ``_inner_training_loop``: however ``train()`` ends (an exception, ``KeyboardInterrupt``), the
+  callback removes its hooks and closes its listener.
+
+The Trainer is found in one place, :func:`find_trainer`, up the call stack of the event that
+``Trainer.__init__`` sends (or, for a callback added later, of ``on_train_begin``). Each wrapper is an
+attribute of that instance; :meth:`Wrappers.undo` gives the instance back what it had before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+__all__ = ["Wrappers", "find_trainer", "wrap_steps", "wrap_training_loop"]
+
+#: How far up the call stack the Trainer is looked for (its ``__init__`` or training loop, then the
+#: callback handler's ``call_event`` and the event method).
+_FRAMES = 8
+
+
+class Trainee(Protocol):
+    """What the wrappers call on the callback."""
+
+    clock: Callable[[], float]
+    in_step_fetch: bool
+
+    def took(self, batches: int) -> None: ...
+    def waited(self, seconds: float) -> None: ...
+    def spent(self, kind: str, seconds: float) -> None: ...
+    def training_ended(self) -> None: ...
+
+
+def find_trainer(frame: Any) -> Any:
+    """The ``Trainer`` that sent the event whose caller's frame is ``frame`` (its callback handler does
+    not know it), else ``None``."""
+    for _ in range(_FRAMES):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if callable(getattr(owner, "get_batch_samples", None)) and hasattr(owner, "callback_handler"):
+            return owner
+        frame = frame.f_back
+    return None
+
+
+class Wrappers:
+    """Methods replaced on instances; :meth:`undo` restores each one that is still ours."""
+
+    def __init__(self) -> None:
+        self._done: list[tuple[Any, str, bool, Any, Any]] = []  # (owner, name, had its own, it, ours)
+
+    def wrap(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        """Replace ``owner.name`` with ``make(owner.name)`` (nothing when it has no such method)."""
+        if owner is None or not callable(getattr(owner, name, None)):
+            return
+        own = vars(owner)
+        had, before = name in own, own.get(name)
+        wrapper = make(getattr(owner, name))
+        setattr(owner, name, wrapper)
+        self._done.append((owner, name, had, before, wrapper))
+
+    def undo(self) -> None:
+        while self._done:
+            owner, name, had, before, wrapper = self._done.pop()
+            if vars(owner).get(name) is not wrapper:
+                continue  # wrapped again since: ours stays inside, and does nothing once the callback stops
+            if had:
+                setattr(owner, name, before)
+            else:
+                delattr(owner, name)
+
+
+def wrap_training_loop(trainer: Any, callback: Trainee, wrappers: Wrappers) -> None:
+    """``train()`` runs ``trainer._inner_training_loop`` (looked up on the instance each time): however
+    it ends, the callback's training ends with it."""
+
+    def make(original: Any) -> Any:
+        def inner_training_loop(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(*args, **kwargs)
+            finally:
+                callback.training_ended()
+
+        return inner_training_loop
+
+    wrappers.wrap(trainer, "_inner_training_loop", make)
+
+
+def wrap_steps(trainer: Any, callback: Trainee, wrappers: Wrappers) -> None:
+    """Wrap what one training run needs (see the module's docstring); ``wrappers.undo()`` at its end."""
+    clock = callback.clock
+
+    def batch_samples(original: Any) -> Any:
+        def get_batch_samples(epoch_iterator: Any, num_batches: int, device: Any) -> Any:
+            callback.in_step_fetch = True
+            try:
+                batches, items = original(epoch_iterator, num_batches, device)
+            finally:
+                callback.in_step_fetch = False
+            callback.took(len(batches))
+            return batches, items
+
+        return get_batch_samples
+
+    def gathered(original: Any) -> Any:
+        def gather(*args: Any, **kwargs: Any) -> Any:
+            if not callback.in_step_fetch:  # an evaluation's, a user's: not the step's count of tokens
+                return original(*args, **kwargs)
+            began = clock()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                callback.waited(clock() - began)
+
+        return gather
+
+    def spans(kind: str) -> Callable[[Any], Any]:
+        def make(original: Any) -> Any:
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                began = clock()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    callback.spent(kind, clock() - began)
+
+            return timed
+
+        return make
+
+    wrappers.wrap(trainer, "get_batch_samples", batch_samples)
+    wrappers.wrap(getattr(trainer, "accelerator", None), "gather", gathered)
+    wrappers.wrap(trainer, "evaluate", spans("eval"))
+    wrappers.wrap(trainer, "_save_checkpoint", spans("checkpoint"))
