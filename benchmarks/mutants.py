@@ -7,7 +7,7 @@ others doubled), ``and`` and ``or``, ``min`` and ``max``, ``True`` and ``False``
 constants' names are left alone. Every mutant runs the given tests in a scratch copy of the
 project; a mutant that no test fails *survives*. The score is the share of mutants killed.
 
-Run: ``python benchmarks/mutants.py src/trainperf/_window.py [...] --tests tests/test_window.py [...]``.
+Run: ``python benchmarks/mutants.py src/trainperf/records/_window.py [...] --tests tests/test_window.py [...]``.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def overhead(n: int = 200_000, rounds: int = 5) -> dict[str, float]:
 
 
 def presaved_reload(iterations: int = 60, decode_ms: float = 12.0) -> dict[str, float]:
-    from trainperf._cli._demo import demo_factories
+    from trainperf.cli._demo import demo_factories
 
     _, make_loader = demo_factories(iterations=iterations, decode_ms=decode_ms)
     started = time.perf_counter()

@@ -52,7 +52,7 @@ def build(root: Path, megabytes: float) -> tuple[int, int]:
 
 _CHILD = (
     "import resource, sys\n"
-    "from trainperf._cli import main\n"
+    "from trainperf.cli import main\n"
     "code = main(sys.argv[1:])\n"
     "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
     "sys.exit(code)\n"

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from trainperf import PerformanceListener
-from trainperf._verdict import judge
+from trainperf.records._verdict import judge
 from trainperf.torch import attach, timed
 
 torch.set_num_threads(1)

@@ -7,8 +7,8 @@ import io
 import math
 from typing import Any
 
-import trainperf._logs._bulk as bulk_module
-import trainperf._logs._parse as parse_module
+import trainperf.logs._bulk as bulk_module
+import trainperf.logs._parse as parse_module
 from trainperf import ParsedLog, parse_log
 
 

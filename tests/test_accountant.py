@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainperf._accountant import StepAccountant
+from trainperf.core._accountant import StepAccountant
 
 
 class Calls:

@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from trainperf import _atomic
-from trainperf._atomic import atomic_write
+from trainperf.base._atomic import atomic_write
 
 
 def test_the_temporary_file_is_beside_the_target_and_the_old_content_stays_until_the_rename(tmp_path, monkeypatch):

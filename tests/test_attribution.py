@@ -11,7 +11,7 @@ import torch
 
 from clocked import BATCH, ClockedData, CostlyNet
 from trainperf import BottleneckWarning, PerformanceListener
-from trainperf._verdict import CpuLoad, judge
+from trainperf.records._verdict import CpuLoad, judge
 from trainperf.torch import ListenerModule, attach, timed
 
 
@@ -311,7 +311,7 @@ def test_attach_over_a_loader_without_workers_names_num_workers_and_no_pin_memor
 
 
 def test_only_the_loaders_workers_count_as_workers():
-    from trainperf._hardware import ProcessProbe
+    from trainperf.core._hardware import ProcessProbe
 
     class Proc:
         def __init__(self, pid, children=()):
@@ -380,15 +380,15 @@ def test_loader_workers_filling_the_cores_is_cpu_contention_with_its_fix():
     assert verdict.kind == "cpu-contention" and "2 cores" in verdict.reason
     assert judge(1.0, 0.01, 0.0, iterations=10, cpu=CpuLoad(100.0, 20.0, 2)).kind == "fine"
     assert judge(1.0, 0.01, 0.0, iterations=10, cpu=CpuLoad(100.0, 95.0, 8)).kind == "fine"
-    from trainperf._advice import DEFAULT_FIXES
+    from trainperf.records._advice import DEFAULT_FIXES
 
     assert any("set_num_threads" in fix for fix in DEFAULT_FIXES["cpu-contention"])
 
 
 def test_the_listener_judges_contention_from_its_probe_and_its_loaders_workers(clock, monkeypatch):
-    import trainperf._readings
+    import trainperf.core._readings
 
-    monkeypatch.setattr(trainperf._readings, "usable_cores", lambda: 2)
+    monkeypatch.setattr(trainperf.core._readings, "usable_cores", lambda: 2)
     lst = listener(clock, frequency=5, report_hardware=False)
     lst.add_probe(lambda: {"cpu_pct": 100.0, "workers_cpu_pct": 45.0})
     lst.set_loader_workers(lambda: {11, 12})
@@ -555,7 +555,7 @@ def test_timed_gives_each_listener_its_own_clock(clock):
 def test_closed_listeners_leave_no_ledger_and_any_callable_is_a_clock():
     from dataclasses import dataclass
 
-    from trainperf._own_time import ledgers_in_use
+    from trainperf.core._own_time import ledgers_in_use
 
     @dataclass
     class Clock:  # eq=True makes it unhashable
@@ -631,7 +631,7 @@ def test_the_loaders_workers_are_the_ones_that_count():
 
 
 def test_a_ledger_lives_while_any_listener_on_its_clock_and_thread_does(clock):
-    from trainperf._own_time import ledgers_in_use
+    from trainperf.core._own_time import ledgers_in_use
 
     before = ledgers_in_use()
     a, b = listener(clock), listener(clock)
@@ -643,7 +643,7 @@ def test_a_ledger_lives_while_any_listener_on_its_clock_and_thread_does(clock):
 
 
 def test_a_reading_taken_before_a_report_is_placed_before_it(clock):
-    from trainperf._own_time import Ledger
+    from trainperf.core._own_time import Ledger
 
     ledger = Ledger()
     ledger.add(0.5, at=10.0)

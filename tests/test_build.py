@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from trainperf._build import build_window_record, read_score
-from trainperf._deferred import HostWindow
-from trainperf._options import ListenerOptions
-from trainperf._record import GCStat
-from trainperf._timeline import device_window
-from trainperf._window import window_figures
+from trainperf.core._build import build_window_record, read_score
+from trainperf.core._options import ListenerOptions
+from trainperf.core._pending import HostWindow
+from trainperf.records._record import GCStat
+from trainperf.records._timeline import device_window
+from trainperf.records._window import window_figures
 
 
 def host(**kw) -> HostWindow:
@@ -133,7 +133,7 @@ def test_the_record_is_built_by_position_in_the_schemas_order_each_value_named_a
     import re
 
     from trainperf import PerformanceRecord, _build
-    from trainperf._record import build_record
+    from trainperf.records._record import build_record
 
     schema = [f.name for f in dataclasses.fields(PerformanceRecord)]
     assert list(inspect.signature(build_record).parameters) == schema
@@ -146,7 +146,7 @@ def test_the_record_is_built_by_position_in_the_schemas_order_each_value_named_a
 
 
 def test_every_hardware_field_a_probe_gave_reaches_the_record_by_its_own_name():
-    from trainperf._hardware import HARDWARE_FIELDS
+    from trainperf.core._hardware import HARDWARE_FIELDS
 
     readings = {name: float(k + 1) for k, name in enumerate(HARDWARE_FIELDS)}
     r = build_window_record(host(hardware=readings), None, OPTIONS).record

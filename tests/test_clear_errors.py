@@ -12,7 +12,7 @@ import trainperf
 from trainperf import PerformanceListener
 from trainperf.sinks import RunDirSink
 
-SCRIPT = "import sys; from trainperf._cli import main; sys.exit(main(sys.argv[1:]))"
+SCRIPT = "import sys; from trainperf.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def cli(*args: str, script: str = SCRIPT) -> subprocess.CompletedProcess[str]:

@@ -98,7 +98,7 @@ def test_console_script_finds_factories_in_the_current_folder(tmp_path, monkeypa
     (tmp_path / "mytrain_cwd.py").write_text("import torch\ndef make_model():\n    return torch.nn.Linear(1, 1)\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
-    from trainperf._cli._main import _factory
+    from trainperf.cli._main import _factory
 
     assert _factory("mytrain_cwd:make_model", "model").out_features == 1
 

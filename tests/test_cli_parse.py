@@ -12,7 +12,7 @@ import pytest
 from trainperf import PerformanceListener
 from trainperf.sinks import CsvSink, JsonLinesSink
 
-SCRIPT = "import sys; from trainperf._cli import main; sys.exit(main(sys.argv[1:]))"
+SCRIPT = "import sys; from trainperf.cli import main; sys.exit(main(sys.argv[1:]))"
 WITHOUT_PANDAS = "import sys; sys.modules['pandas'] = None; " + SCRIPT
 
 

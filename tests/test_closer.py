@@ -10,14 +10,14 @@ import pytest
 
 from conftest import FakeClock
 from fake_device import FakeDevice, FakeTimeline
-from trainperf._closer import WindowCloser
-from trainperf._emit import Emitter
-from trainperf._notices import Notices
-from trainperf._open_window import OpenWindow
-from trainperf._options import ListenerOptions
-from trainperf._own_time import OwnTime
-from trainperf._publish import Publisher
-from trainperf._readings import HostReadings
+from trainperf.core._closer import WindowCloser
+from trainperf.core._emit import Emitter
+from trainperf.core._notices import Notices
+from trainperf.core._open_window import OpenWindow
+from trainperf.core._options import ListenerOptions
+from trainperf.core._own_time import OwnTime
+from trainperf.core._publish import Publisher
+from trainperf.core._readings import HostReadings
 from trainperf.sinks._memory import MemorySink
 
 WHO = (3, 1, None)  # epoch, rank, device
@@ -195,7 +195,7 @@ def test_each_window_carries_the_own_time_of_the_close_before_it_and_a_poll_adds
 
 def test_a_window_on_the_host_clock_whose_cores_were_full_is_cpu_contention_and_one_on_a_device_is_not_judged_so(
         monkeypatch):
-    from trainperf._verdict import CpuLoad
+    from trainperf.records._verdict import CpuLoad
 
     clock = FakeClock()
     c, got, _ = closer(clock)

@@ -30,7 +30,7 @@ class ScriptedStore:
 
 
 def test_the_clock_estimate_keeps_the_shortest_round_trip():
-    from trainperf.torch import _cluster
+    from trainperf.torch import _cluster_roles
 
     # (sent, back) on rank 0's clock per ping, and the peer's reading in between; the peer runs 2 s behind
     trips = [(10.0, 10.010), (11.0, 11.002), (12.0, 12.0004), (13.0, 13.006)]
@@ -48,7 +48,7 @@ def test_the_clock_estimate_keeps_the_shortest_round_trip():
         def _wall():
             return next(readings)
 
-    leader = _cluster._Leader.__new__(_cluster._Leader)
+    leader = _cluster_roles.Leader.__new__(_cluster_roles.Leader)
     leader.link, leader.store, leader.rounds = Link, Link._store, {}
     leader._align(1)
     offset, uncertainty = Link.offsets[1]

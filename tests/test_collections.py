@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainperf._collections import Collections, read_collector
-from trainperf._record import GCStat
+from trainperf.core._collections import Collections, read_collector
+from trainperf.records._record import GCStat
 
 
 class Monitor:

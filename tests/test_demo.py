@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from trainperf._cli import main
-from trainperf._cli._demo import run_demo
+from trainperf.cli import main
+from trainperf.cli._demo import run_demo
 
 pytestmark = pytest.mark.realtime
 

@@ -19,7 +19,7 @@ def test_a_demo_too_short_for_a_window_after_warm_up_is_refused_not_reported_as_
 
 
 def test_the_shortest_demo_compares_one_window_after_warm_up(capsys):
-    from trainperf._cli._demo import run_demo
+    from trainperf.cli._demo import run_demo
 
     result = run_demo(iterations=8, frequency=4, decode_ms=1.0)
     last = capsys.readouterr().out.strip().splitlines()[-1]

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import trainperf
-from trainperf._doctor import Environment, Measurement, collect_environment
-from trainperf._doctor._checks import CHECKS, Context
+from trainperf.diagnosis import Environment, Measurement, collect_environment
+from trainperf.diagnosis._checks import CHECKS, Context
 
 BY_ID = {fn(Context(env=Environment())).id: fn for fn in CHECKS}
 

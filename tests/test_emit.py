@@ -14,7 +14,7 @@ import warnings
 import pytest
 
 from trainperf import PerformanceListener, PerformanceRecord, SinkError, _emit
-from trainperf._emit import Emitter
+from trainperf.core._emit import Emitter
 
 
 def record(i: int) -> PerformanceRecord:
@@ -454,7 +454,7 @@ def test_the_limits_are_the_documented_ones():
 def test_a_hanging_sink_holds_up_interpreter_exit_for_the_exit_allowance_only():
     script = """
 import time
-from trainperf._emit import Emitter, EXIT_TIMEOUT_S
+from trainperf.core._emit import Emitter, EXIT_TIMEOUT_S
 from trainperf import PerformanceRecord
 emitter = Emitter([lambda r: time.sleep(30)], say=lambda m: None)
 emitter.deliver(PerformanceRecord(iteration=1, window_iterations=1, window_s=0.01, warmup=False, timestamp=0.0))

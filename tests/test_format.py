@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from trainperf import GCStat, PerformanceRecord, Verdict, format_line
-from trainperf._format import format_number
+from trainperf.records._format import format_number
 
 
 @pytest.mark.parametrize(

@@ -126,7 +126,7 @@ def test_the_first_threads_next_call_ends_the_second_threads_wait():
 def test_the_handover_part_waits_for_the_first_thread_only_until_it_says_it_left_and_at_most_its_bound():
     import threading as th
 
-    from trainperf._handover import HANDOVER_TIMEOUT_S, Handover
+    from trainperf.core._handover import HANDOVER_TIMEOUT_S, Handover
 
     alone = Handover()
     began = time.perf_counter()
@@ -181,6 +181,6 @@ def test_a_closed_listener_flushed_and_closed_from_another_thread_answers_at_onc
         worker = threading.Thread(target=other)
         worker.start()
         worker.join(5)
-    from trainperf._handover import HANDOVER_TIMEOUT_S
+    from trainperf.core._handover import HANDOVER_TIMEOUT_S
 
     assert took and took[0] < HANDOVER_TIMEOUT_S / 2

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from trainperf import PerformanceListener
-from trainperf._hardware import ProcessProbe, process_probe, read_probes, worker_tips
+from trainperf.core._hardware import ProcessProbe, process_probe, read_probes, worker_tips
 
 
 class FakeProcess:

@@ -174,7 +174,7 @@ def test_a_strict_close_re_raises_the_first_sinks_failure_after_closing_them_all
 
 def test_a_sink_that_asks_for_the_training_thread_gets_each_record_once():
     from trainperf import PerformanceRecord
-    from trainperf._emit import Emitter
+    from trainperf.core._emit import Emitter
 
     got: list[int] = []
 

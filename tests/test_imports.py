@@ -48,8 +48,8 @@ def _exists(module: str) -> bool:
 
 
 MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-ADAPTERS = ("trainperf.torch", "trainperf.lightning", "trainperf.transformers", "trainperf.data", "trainperf._doctor",
-            "trainperf._cli")
+ADAPTERS = ("trainperf.torch", "trainperf.lightning", "trainperf.transformers", "trainperf.data", "trainperf.diagnosis",
+            "trainperf.cli")
 
 
 def is_under(module: str, package: str) -> bool:
@@ -67,7 +67,7 @@ def test_the_core_and_the_multi_rank_package_import_no_adapter(name):
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if is_under(n, "trainperf.sinks")))
 def test_sinks_know_nothing_of_the_listener(name):
     used = imports(MODULES[name], top_level_only=False)
-    assert "trainperf._listener" not in used and "trainperf" not in used, used
+    assert "trainperf.core._listener" not in used and "trainperf" not in used, used
 
 
 def test_no_module_level_import_goes_round_in_a_circle():

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from trainperf._logs._lines import MAX_COLLECTORS, parse_json_line, read_number
+from trainperf.logs._lines import MAX_COLLECTORS, parse_json_line, read_number
 
 
 @pytest.mark.parametrize(("text", "value"), [

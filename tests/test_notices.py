@@ -8,8 +8,8 @@ import warnings
 import pytest
 
 from trainperf import BottleneckWarning, Verdict
-from trainperf._advice import CUDA_FIXES, DEFAULT_FIXES
-from trainperf._notices import Notices
+from trainperf.core._notices import Notices
+from trainperf.records._advice import CUDA_FIXES, DEFAULT_FIXES
 
 
 def level() -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainperf._open_window import OpenWindow
+from trainperf.core._open_window import OpenWindow
 
 
 def test_reset_opens_the_next_window_after_count_iterations():

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from trainperf import PerformanceListener
-from trainperf._options import ListenerOptions
-from trainperf._verdict import Thresholds
+from trainperf.core._options import ListenerOptions
+from trainperf.records._verdict import Thresholds
 
 
 def test_defaults_and_normalised_numbers():

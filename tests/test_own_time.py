@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from trainperf._own_time import Ledger, UserClock, acquire, ledgers_in_use, release
+from trainperf.core._own_time import Ledger, UserClock, acquire, ledgers_in_use, release
 
 
 class Raw:
@@ -106,7 +106,7 @@ def test_a_listener_collected_while_another_is_built_on_its_clock_does_not_deadl
     import gc
 
     from trainperf import PerformanceListener
-    from trainperf._own_time import ledgers_in_use
+    from trainperf.core._own_time import ledgers_in_use
 
     def clock() -> float:
         return 0.0
@@ -162,7 +162,7 @@ def test_a_ledger_released_twice_does_not_hold_up_the_releases_queued_after_it()
 
 
 def test_a_listeners_own_time_stops_its_clock_and_counts_as_the_windows_overhead():
-    from trainperf._own_time import OwnTime
+    from trainperf.core._own_time import OwnTime
 
     raw = Raw()
     own = OwnTime(raw)
@@ -187,7 +187,7 @@ def test_a_listeners_own_time_stops_its_clock_and_counts_as_the_windows_overhead
 
 
 def test_own_time_moves_to_the_thread_that_trains_without_a_jump_and_gives_its_ledgers_back():
-    from trainperf._own_time import OwnTime
+    from trainperf.core._own_time import OwnTime
 
     before = ledgers_in_use()
     raw = Raw()
@@ -231,7 +231,7 @@ def test_a_ledger_shared_by_three_listeners_stays_until_the_last_gives_it_back()
 def test_after_a_move_the_old_threads_own_time_no_longer_stops_the_clock_either_way():
     """Moved to another thread and back: each time, trainperf's work on the thread left behind is
     not this listener's (thread ids compare both ways across the two moves)."""
-    from trainperf._own_time import OwnTime
+    from trainperf.core._own_time import OwnTime
 
     raw = Raw()
     own = OwnTime(raw)

@@ -260,7 +260,7 @@ def test_a_file_object_whose_last_line_is_cut_has_it_truncated():
 def test_pandas_copies_on_write_from_version_3_or_when_switched_on():
     from types import SimpleNamespace
 
-    from trainperf._logs._parse import _copies_on_write
+    from trainperf.logs._parse import _copies_on_write
 
     def pandas(version: str, cow: object) -> object:
         return SimpleNamespace(__version__=version, options=SimpleNamespace(mode=SimpleNamespace(copy_on_write=cow)))
@@ -294,7 +294,7 @@ def test_json_and_text_lines_together_name_their_columns_in_the_order_each_line_
 def bulk(request, monkeypatch) -> bool:
     """Whether small logs are read by the bulk reader (as logs of a mebibyte and more are)."""
     if request.param:
-        monkeypatch.setattr(trainperf._logs._parse, "BULK_MIN_BYTES", 1)
+        monkeypatch.setattr(trainperf.logs._parse, "BULK_MIN_BYTES", 1)
     return request.param
 
 
@@ -360,7 +360,7 @@ def test_a_file_that_fails_while_streamed_is_named(tmp_path, monkeypatch):
 
 
 def test_a_line_longer_than_a_block_that_ends_with_the_next_block_is_read_whole(tmp_path, monkeypatch):
-    from trainperf._logs import _bulk, _parse
+    from trainperf.logs import _bulk, _parse
 
     monkeypatch.setattr(_parse, "BULK_MIN_BYTES", 1)
     monkeypatch.setattr(_bulk, "CHUNK_BYTES", 64)
@@ -394,7 +394,7 @@ def test_a_file_of_a_mebibyte_or_more_is_streamed_not_read_whole(tmp_path, monke
 def test_a_streamed_file_cut_into_small_blocks_keeps_lines_across_them_whole(tmp_path, monkeypatch):
     """Blocks of 64 bytes: lines cross blocks, one line is longer than a block, a crash cut one line
     before a restart wrote more, and the last is cut."""
-    from trainperf._logs import _bulk, _parse
+    from trainperf.logs import _bulk, _parse
 
     monkeypatch.setattr(_parse, "BULK_MIN_BYTES", 1)
     monkeypatch.setattr(_bulk, "CHUNK_BYTES", 64)

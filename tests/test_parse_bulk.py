@@ -10,9 +10,9 @@ import pytest
 
 import trainperf
 from trainperf import GCStat, PerformanceRecord, Verdict, format_line
-from trainperf._logs import _bulk as _parse_bulk
-from trainperf._logs import _layout, _parse
-from trainperf._logs._layout import Layout, learn_layout
+from trainperf.logs import _bulk as _parse_bulk
+from trainperf.logs import _layout, _parse
+from trainperf.logs._layout import Layout, learn_layout
 
 PREFIXES = [
     "",

@@ -17,7 +17,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from _parse_paths import assert_agree, both_paths  # noqa: E402
 from trainperf import GCStat, PerformanceRecord, Verdict, format_line, parse_log  # noqa: E402
-from trainperf._json import json_line as strict_json_line  # noqa: E402
+from trainperf.records._json import json_line as strict_json_line  # noqa: E402
 
 #: ``ci``: a fixed set of examples, the same on every run; ``fuzz`` (``TRAINPERF_FUZZ=fuzz``, used by
 #: ``benchmarks/parse_fuzz.py``): many more, new ones each run.

@@ -11,7 +11,7 @@ import pytest
 
 from _parse_paths import read_both
 from trainperf import GCStat, PerformanceRecord, Verdict, format_line
-from trainperf._logs._lines import MAX_COLLECTORS, to_float
+from trainperf.logs._lines import MAX_COLLECTORS, to_float
 
 pytest.importorskip("pandas")
 

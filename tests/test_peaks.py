@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainperf import peak_flops
-from trainperf._peaks import PEAKS, Peak, device_row, find_peak, number_format
+from trainperf.records._peaks import PEAKS, Peak, device_row, find_peak, number_format
 
 T = 1e12
 

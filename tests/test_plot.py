@@ -4,7 +4,7 @@ import pytest
 
 import trainperf
 from trainperf import GCStat, MemorySink, PerformanceListener, PerformanceRecord, Verdict, format_line
-from trainperf._logs import _plot
+from trainperf.logs import _plot
 
 
 def lines(n: int, start: int = 1) -> list[str]:

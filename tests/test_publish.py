@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from test_build import host
-from trainperf._emit import Emitter
-from trainperf._notices import Notices
-from trainperf._options import ListenerOptions
-from trainperf._publish import Publisher
-from trainperf._verdict import PERSIST_WINDOWS
+from trainperf.core._emit import Emitter
+from trainperf.core._notices import Notices
+from trainperf.core._options import ListenerOptions
+from trainperf.core._publish import Publisher
+from trainperf.records._verdict import PERSIST_WINDOWS
 from trainperf.sinks._memory import MemorySink
 
 
@@ -47,7 +47,7 @@ def test_a_bad_verdict_is_noted_once_it_persists_and_never_from_the_warm_up():
 def test_a_window_without_samples_is_said_once_when_samples_are_reported():
     p, _, notices = publisher()
     entries = [(0.010 * k, 0.0, None, None, 1, 0.0, 1, 0) for k in (1, 2)]
-    from trainperf._window import window_figures
+    from trainperf.records._window import window_figures
 
     unknown = host(figures=window_figures(0.0, entries))
     p.publish(unknown, None)
@@ -59,7 +59,7 @@ def test_a_window_without_samples_is_said_once_when_samples_are_reported():
 
 
 def window(etl_s: float, **kw):
-    from trainperf._window import window_figures
+    from trainperf.records._window import window_figures
 
     entries = [(0.010 * k, etl_s, None, 8, 1, 0.0, 1, 0) for k in (1, 2, 3, 4)]
     return host(figures=window_figures(0.0, entries), **kw)
@@ -76,7 +76,7 @@ def test_the_warm_up_sets_no_precedent_for_the_next_windows_verdict():
 
 
 def test_a_persisting_cpu_contention_is_noted_and_a_fine_run_never():
-    from trainperf._verdict import CpuLoad
+    from trainperf.records._verdict import CpuLoad
 
     busy = CpuLoad(100.0, 100.0, 2)  # the process and its workers fill both cores
     p, _, notices = publisher()

@@ -6,8 +6,8 @@ import gc
 
 import pytest
 
-from trainperf._readings import HostReadings
-from trainperf._window import window_figures
+from trainperf.core._readings import HostReadings
+from trainperf.records._window import window_figures
 
 
 def readings(**kw) -> HostReadings:

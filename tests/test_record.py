@@ -41,7 +41,7 @@ def test_gc_ms_sums_known_pauses():
 def test_the_listeners_fast_build_of_a_record_equals_the_dataclasses_own():
     from dataclasses import fields
 
-    from trainperf._record import build_record
+    from trainperf.records._record import build_record
 
     values = {f.name: None for f in fields(PerformanceRecord) if f.name not in ("gc", "extra", "host", "pid")}
     values.update(iteration=7, window_iterations=10, window_s=0.5, warmup=False, timestamp=1.5, batches=10,

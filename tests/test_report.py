@@ -13,7 +13,7 @@ import pytest
 from _pictures import assert_drawn
 from _simulate import BASE, simulate
 from trainperf import PerformanceRecord, RunDirSink, build_report
-from trainperf._cli import main
+from trainperf.cli import main
 from trainperf.ranks._report import write_report
 from trainperf.ranks._report._html import script_json
 from trainperf.ranks._report._load import Clock

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainperf._summary import FIXES_PER_BOTTLENECK, build_summary
-from trainperf._verdict import Thresholds
+from trainperf.records._summary import FIXES_PER_BOTTLENECK, build_summary
+from trainperf.records._verdict import Thresholds
 
 
 def fixes(kind):
@@ -130,7 +130,7 @@ def test_the_shares_of_an_empty_run_and_the_dict():
 def test_summary_parts_are_frozen_with_empty_defaults():
     import dataclasses
 
-    from trainperf._summary import Bottleneck, RunSummary
+    from trainperf.records._summary import Bottleneck, RunSummary
 
     s = RunSummary(wall_s=1.0, etl_s=0.0, gc_s=0.0, compute_s=1.0, iterations=1, samples=0)
     assert (s.other_s, s.total_iterations, s.data_free_s, s.gc_free_s, s.device_idle_s) == (0.0, 0, 0.0, 0.0, 0.0)

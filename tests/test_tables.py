@@ -9,7 +9,7 @@ import math
 import pytest
 
 from trainperf import parse_log
-from trainperf._cli._tables import Table, csv_table, log_table, write_csv, write_json_lines
+from trainperf.cli._tables import Table, csv_table, log_table, write_csv, write_json_lines
 
 
 def test_a_logs_table_has_its_columns_in_order_whole_numbers_as_ints_and_its_runs():

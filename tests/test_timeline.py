@@ -6,8 +6,8 @@ import pytest
 
 from fake_device import FakeDevice, FakeTimeline
 from trainperf import DeviceTimeline, MemorySink, PerformanceListener
-from trainperf._timeline import device_window, speedup
-from trainperf._verdict import judge_device
+from trainperf.records._timeline import device_window, speedup
+from trainperf.records._verdict import judge_device
 
 MS = 0.001
 
@@ -196,7 +196,7 @@ def test_set_timeline_refuses_what_is_not_a_timeline(clock):
 def test_device_window_is_a_frozen_slotted_value_and_empty_idles_read_zero():
     import dataclasses
 
-    from trainperf._timeline import DeviceWindow
+    from trainperf.records._timeline import DeviceWindow
 
     empty = DeviceWindow(window_s=0.0, idles=(), durations=())
     assert (empty.idle_s, empty.idle_max_s, empty.idle_mean_s) == (0, 0.0, 0.0)
@@ -218,7 +218,7 @@ def test_a_forward_queued_before_the_previous_step_ended_leaves_no_idle_time():
 
 
 def test_speedup_of_windows_of_any_length():
-    from trainperf._timeline import speedup
+    from trainperf.records._timeline import speedup
 
     assert speedup(0.5, 0.25) == 2.0 and speedup(1.0, 0.46) == 1.0 / 0.54
     assert speedup(1.0, -0.5) == 1.0  # nothing to remove
@@ -226,7 +226,7 @@ def test_speedup_of_windows_of_any_length():
 
 
 def test_long_windows_check_their_data_waits_by_count_and_more_removable_than_the_window_is_none():
-    from trainperf._timeline import speedup
+    from trainperf.records._timeline import speedup
 
     w = device_window([(0.001 * k + 0.0005, 0.001 * (k + 1)) for k in range(300)])
     assert w.data_idle_s([0.0] * 300) == 0.0

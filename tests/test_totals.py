@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from trainperf import PerformanceRecord, Verdict
-from trainperf._totals import RunTotals
-from trainperf._verdict import DEFAULT_THRESHOLDS
+from trainperf.core._totals import RunTotals
+from trainperf.records._verdict import DEFAULT_THRESHOLDS
 
 
 def record(*, warmup=False, window_s=1.0, n=10, samples=80, kind="fine"):

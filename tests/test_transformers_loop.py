@@ -212,7 +212,7 @@ def _listener_after(tmp_path, **kw):  # type: ignore[no-untyped-def]
 
 @pytest.mark.realtime
 def test_the_training_loaders_workers_are_measured_and_its_settings_advised(tmp_path):
-    from trainperf._advice import dataloader_tips
+    from trainperf.records._advice import dataloader_tips
 
     listener, records = _listener_after(tmp_path / "two", dataloader_num_workers=2, max_steps=12)
     assert len(records) == 3 and all(r.workers_cpu_pct is not None for r in records), records

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainperf import Verdict
-from trainperf._verdict import (
+from trainperf.records._verdict import (
     CONTENTION_LOAD_PCT,
     CONTENTION_WORKERS_PCT,
     GC_BOUND_SHARE,
@@ -219,7 +219,7 @@ def test_the_devices_verdict_needs_a_material_amount_and_holds_down_to_its_hyste
 
 
 def test_a_bottleneck_persists_from_three_windows_and_thirty_percent_of_those_judged():
-    from trainperf._verdict import persists
+    from trainperf.records._verdict import persists
 
     assert persists(3, 10) and persists(3, 3) and persists(4, 13)
     assert not persists(2, 2)  # too few windows, however large a share
@@ -228,7 +228,7 @@ def test_a_bottleneck_persists_from_three_windows_and_thirty_percent_of_those_ju
 
 
 def test_cpu_load_in_percent_of_all_cores_and_what_the_step_needed():
-    from trainperf._verdict import CpuLoad
+    from trainperf.records._verdict import CpuLoad
 
     load = CpuLoad(process_pct=150.0, workers_pct=50.0, cores=4, step_threads=8, compute_pct=60.0)
     assert load.load_pct == 50.0
@@ -248,7 +248,7 @@ def test_cpu_load_in_percent_of_all_cores_and_what_the_step_needed():
     (119.0, 61.0, 2, 80.0, True),
 ])
 def test_cpu_contention_at_and_around_its_lines(process, workers, threads, compute, contended):
-    from trainperf._verdict import CpuLoad
+    from trainperf.records._verdict import CpuLoad
 
     assert CpuLoad(process, workers, cores=2, step_threads=threads, compute_pct=compute).contended is contended
 
@@ -286,7 +286,7 @@ def test_bad_verdicts_say_what_free_data_or_gc_free_training_would_gain():
 
 
 def test_cpu_contention_gives_the_load_as_its_share_capped_at_the_whole():
-    from trainperf._verdict import CpuLoad
+    from trainperf.records._verdict import CpuLoad
 
     busy = CpuLoad(process_pct=150.0, workers_pct=60.0, cores=2)
     assert judge(1.0, 0.3, 0.0, cpu=busy) == Verdict("cpu-contention", 100.0, busy.reason())
@@ -295,7 +295,7 @@ def test_cpu_contention_gives_the_load_as_its_share_capped_at_the_whole():
 
 
 def test_device_idle_goes_to_data_then_gc_then_the_loops_own_work():
-    from trainperf._verdict import judge_device
+    from trainperf.records._verdict import judge_device
 
     # 100 ms of device time, 40 ms idle: 10 ms of it free data would remove, 25 ms of GC, 30 ms other
     v = judge_device(0.100, 0.040, 0.010, etl_s=0.012, gc_s=0.025, other_s=0.030)
@@ -311,7 +311,7 @@ def test_device_idle_goes_to_data_then_gc_then_the_loops_own_work():
 
 
 def test_device_input_bound_at_its_line_and_not_below():
-    from trainperf._verdict import judge_device
+    from trainperf.records._verdict import judge_device
 
     at = judge_device(0.100, 0.020, 0.020, etl_s=0.020, gc_s=0.0)
     assert at == Verdict("input-bound", 20.0,
@@ -324,7 +324,7 @@ def test_device_input_bound_at_its_line_and_not_below():
 
 
 def test_device_host_bound_and_fine_words():
-    from trainperf._verdict import HOST_BOUND_UTILIZATION, judge_device
+    from trainperf.records._verdict import HOST_BOUND_UTILIZATION, judge_device
 
     low = HOST_BOUND_UTILIZATION - 10.0
     v = judge_device(0.100, 0.002, 0.0, etl_s=0.0, gc_s=0.0, utilization=low)

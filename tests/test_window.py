@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainperf._window import percentile, safe_rate, window_figures
+from trainperf.records._window import percentile, safe_rate, window_figures
 
 
 def test_host_timed_window_adds_up():
@@ -122,7 +122,7 @@ def test_each_iterations_gap_loses_its_own_pause():
 def test_figures_are_frozen_slotted_values_with_empty_defaults():
     import dataclasses
 
-    from trainperf._window import WindowFigures
+    from trainperf.records._window import WindowFigures
 
     fig = WindowFigures(iterations=1, window_s=0.5, etl_s=0.1, etl_max_s=0.1, durations=(0.5,), samples=None,
                         batches=1)
@@ -134,7 +134,7 @@ def test_figures_are_frozen_slotted_values_with_empty_defaults():
 
 
 def test_compute_is_never_negative_when_the_parts_exceed_the_window():
-    from trainperf._window import WindowFigures
+    from trainperf.records._window import WindowFigures
 
     fig = WindowFigures(iterations=1, window_s=0.5, etl_s=0.4, etl_max_s=0.4, durations=(0.5,), samples=1,
                         batches=1, other_s=0.3)

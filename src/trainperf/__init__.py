@@ -1,16 +1,20 @@
 """trainperf: why is my training slow? Data wait, iteration time, throughput and GC, while it trains."""
 
-from ._doctor import Check, DoctorReport, doctor
-from ._format import format_line
-from ._listener import BottleneckWarning, PerformanceListener
-from ._logs import ParsedLog, parse_log, plot
-from ._peaks import peak_flops
-from ._record import SCHEMA_VERSION, GCStat, PerformanceRecord, Verdict
-from ._summary import RunSummary
-from ._timeline import DeviceTimeline
+from .core import BottleneckWarning, PerformanceListener
+from .diagnosis import Check, DoctorReport, doctor
+from .logs import ParsedLog, parse_log, plot
 from .profile import CaptureRule
-from .ranks._copy import run_dir_files, write_run_dir_files
-from .ranks._report import build_report
+from .ranks import build_report, run_dir_files, write_run_dir_files
+from .records import (
+    SCHEMA_VERSION,
+    DeviceTimeline,
+    GCStat,
+    PerformanceRecord,
+    RunSummary,
+    Verdict,
+    format_line,
+    peak_flops,
+)
 from .sinks import LoggingSink, MemorySink, RunDirSink, Sink, SinkError
 
 __version__ = "0.1.0"

@@ -62,7 +62,7 @@ def _train(model: Any, batches: Iterable[Any], batch_loss: BatchLoss, epochs: in
     """Train and return (data wait s, total s, batches, samples) measured by a listener."""
     import torch
 
-    from .._listener import PerformanceListener
+    from ..core import PerformanceListener
     from ..torch import attach, timed
 
     listener = PerformanceListener(10**9, sinks=[], verdict=False, history=None)

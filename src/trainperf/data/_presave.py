@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .._atomic import atomic_write
+from ..base import atomic_write
 
 __all__ = ["presave", "load_presaved", "PresavedDataset", "CorruptShardError"]
 

@@ -27,17 +27,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._gc import fetch_wait
-from .._runs import RunListeners, check_options
-from .._timeline import DeviceTimeline
+from ..core import RunListeners, check_options, fetch_wait
+from ..records import DeviceTimeline
 from ..sinks import LoggerSink, Sink
-from ..torch import _loop_hooks as loop_hooks
-from ..torch._flops import StepFlopCounter, step_format
 from ..torch.shared import (
+    StepFlopCounter,
     batch_size,
     join_cluster,
     loader_advisor,
+    loop_hooks,
     on_cuda_of,
+    step_format,
     time_collectives,
     token_counter,
     use_model_device,

@@ -4,3 +4,6 @@ bad (see ``docs/profiling.md``)."""
 from ._rule import CaptureRule
 
 __all__ = ["CaptureRule"]
+
+# used by the other parts of trainperf
+from ._capture import Capture as Capture

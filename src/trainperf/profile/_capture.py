@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._process import user_stacklevel
-from .._record import PerformanceRecord
-from ..sinks._base import describe
-from ..sinks._logging import LOGGER_NAME, ensure_visible
+from ..base import user_stacklevel
+from ..records import PerformanceRecord
+from ..sinks.shared import LOGGER_NAME, describe, ensure_visible
 from ._rule import CaptureRule, Trigger
 from ._trace_file import finish_trace
 from ._tracer import TorchTracer, Tracer

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .._atomic import atomic_write
+from ..base import atomic_write
 
 __all__: list[str] = []
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
-from .._atomic import atomic_write
+from ..base import atomic_write
 
 __all__ = ["run_dir_files", "write_run_dir_files"]
 

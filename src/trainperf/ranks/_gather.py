@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .._record import PerformanceRecord
+from ..records import PerformanceRecord
 
 __all__: list[str] = []
 

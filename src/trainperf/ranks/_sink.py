@@ -16,10 +16,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from .._atomic import atomic_write, remove_leftovers
-from .._json import json_line as _line
-from .._json import strict
-from .._record import PerformanceRecord
+from ..base import atomic_write, remove_leftovers
+from ..records import PerformanceRecord, strict
+from ..records import json_line as _line
 from ._layout import CLOCK, CLOCK_STATUSES, EVENTS, META, RUN_DIR_SCHEMA, SPAN_PHASES, SPANS, WINDOWS
 
 __all__ = ["RunDirSink", "RUN_DIR_SCHEMA", "SPAN_PHASES", "CLOCK_STATUSES", "rank_dir"]

@@ -7,9 +7,9 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 
-from .._process import env_int
-from .._window import WindowEntry
-from ..sinks._base import SinkError, describe
+from ..base import env_int
+from ..records import WindowEntry
+from ..sinks.shared import SinkError, describe
 from ._sink import RunDirSink
 
 __all__: list[str] = []

@@ -14,7 +14,7 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .._format import counted
+from ..records import counted
 
 __all__ = ["RankFigures", "Straggler", "find_stragglers", "cluster_line", "CAUSES", "rank_figures"]
 

@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
-from .._record import PerformanceRecord
+from ..records import PerformanceRecord
 
 __all__ = ["Sink", "SinkError"]
 

@@ -8,8 +8,8 @@ import os
 import warnings
 from typing import IO, Any
 
-from .._atomic import atomic_write, remove_leftovers
-from .._record import PerformanceRecord, flat_columns
+from ..base import atomic_write, remove_leftovers
+from ..records import PerformanceRecord, flat_columns
 from ._file import FileSink
 
 __all__ = ["CsvSink", "CSV_COLUMNS"]

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .._check import check_bool
-from .._json import json_line
-from .._record import PerformanceRecord
+from ..base import check_bool
+from ..records import PerformanceRecord, json_line
 from ._file import FileSink
 
 __all__ = ["JsonLinesSink"]

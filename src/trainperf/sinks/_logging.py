@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from .._format import format_line
-from .._record import PerformanceRecord
+from ..records import PerformanceRecord, format_line
 
 __all__ = ["LoggingSink"]
 

@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import overload
 
-from .._record import PerformanceRecord
+from ..records import PerformanceRecord
 
 __all__ = ["MemorySink"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._record import PerformanceRecord, metric_fields
+from ..records import PerformanceRecord, metric_fields
 
 __all__ = ["scalar_metrics"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .._check import check_str
-from .._record import PerformanceRecord
+from ..base import check_str
+from ..records import PerformanceRecord
 from ._metrics import scalar_metrics
 
 __all__ = ["TensorBoardSink"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._record import PerformanceRecord
+from ..records import PerformanceRecord
 
 __all__ = ["TqdmSink"]
 

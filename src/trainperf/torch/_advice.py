@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .._advice import dataloader_tips
+from ..records import dataloader_tips
 
 __all__: list[str] = []
 

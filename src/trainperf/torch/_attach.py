@@ -34,9 +34,8 @@ import torch
 from torch import Tensor, is_grad_enabled
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from .._gc import fetch_wait
-from .._listener import PerformanceListener
-from .._timeline import DeviceTimeline
+from ..core import PerformanceListener, fetch_wait
+from ..records import DeviceTimeline
 from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor, on_cuda_of, worker_pids
 from ._batch import batch_size

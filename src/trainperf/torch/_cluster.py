@@ -24,41 +24,23 @@ from __future__ import annotations
 
 import atexit
 import itertools
-import json
-import logging
-import math
 import queue
 import threading
 import time
 import warnings
 import weakref
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from .._listener import PerformanceListener
-from .._record import PerformanceRecord
-from ..ranks._gather import clock_offset, mean_figures
-from ..ranks._layout import RANK_FILES
-from ..ranks._sink import RunDirSink, rank_dir
-from ..ranks._stragglers import cluster_line, find_stragglers, rank_figures
+from ..core import PerformanceListener
+from ..ranks import (
+    RunDirSink,
+)
+from ..records import PerformanceRecord
+from ._cluster_roles import Leader, Member
 
 __all__ = ["Cluster", "default_store"]
 
-_LOG = logging.getLogger("trainperf")
-#: Round trips per clock estimate; the shortest counts.
-_PINGS = 12
-#: Clocks are estimated again every this many gathers.
-_CLOCK_EVERY = 10
-#: The run-directory files sent to rank 0 at the end.
-_FILES = RANK_FILES
-#: At most this many bytes of one rank's files go to rank 0, in pieces of ``_CHUNK`` bytes (a
-#: store takes values of a few MiB at most).
-_MAX_FILE_BYTES = 64 << 20
-_CHUNK = 1 << 20
-#: How often the link's thread looks for work when idle, and how often a rank posts a heartbeat.
-_POLL_S = 0.05
-_BEAT_S = 1.0
 #: At exit without a close (a crash), rank 0 waits at most this long for the others' last word.
 _EXIT_WAIT_S = 3.0
 
@@ -124,7 +106,7 @@ class Cluster:
         self._warned = False
         self._on = True
         self._closed = False
-        self._leader: _Leader | None = None
+        self._leader: Leader | None = None
         self._thread = threading.Thread(target=self._run, name=f"trainperf-cluster-{rank}", daemon=True)
         self._thread.start()
         # closed before the sinks are: the last gather and the files still reach the run directory
@@ -187,10 +169,10 @@ class Cluster:
         try:
             self._store.set(f"hello/{self.rank}", repr(self._wall()))
             if self.rank == 0:
-                self._leader = _Leader(self)
+                self._leader = Leader(self)
                 self._leader.run()
             else:
-                _Member(self).run()
+                Member(self).run()
         except Exception as exc:  # noqa: BLE001 - our own traffic must never stop training
             self._off(f"figures across ranks are off for this run: {type(exc).__name__}: {exc}")
 
@@ -218,295 +200,6 @@ class Cluster:
         return value
 
 
-class _Member:
-    """A rank other than 0: posts figures, answers clock pings, sends its files at the end."""
-
-    def __init__(self, link: Cluster) -> None:
-        self.link = link
-        self.store = link._store
-        self.rank = link.rank
-        self.welcomed = False
-        self.seq = 0
-        self.round = 0
-        self.beat = 0.0
-        self.began = time.monotonic()
-
-    def run(self) -> None:
-        link = self.link
-        while True:
-            task = link._next_task(_POLL_S)
-            self._tick()
-            if task is None:
-                continue
-            kind, reports = task
-            if kind == "close":
-                self._close(reports)
-                return
-            if link._on and self.welcomed:
-                self._post(reports)
-
-    def _tick(self) -> None:
-        link, store, now = self.link, self.store, time.monotonic()
-        if not link._on:
-            return
-        if not self.welcomed:
-            if link._has(f"welcome/{self.rank}"):
-                self.welcomed = True
-            elif now - self.began > link.timeout_s:
-                link._off(f"rank 0 did not link within {link.timeout_s:g} s (no listener there?); "
-                          "this rank's figures stay in its own files")
-                return
-        if now - self.beat >= _BEAT_S:
-            self.beat = now
-            store.set(f"beat/{self.rank}", repr(link._wall()))
-        self._answer_pings()
-
-    def _answer_pings(self) -> None:
-        link, store, rank = self.link, self.store, self.rank
-        if not link._has(f"ping/{rank}/{self.round}/0"):
-            return
-        for i in range(_PINGS):
-            key = f"ping/{rank}/{self.round}/{i}"
-            deadline = time.monotonic() + 1.0
-            while not store.check([key]):
-                if time.monotonic() > deadline:
-                    break
-            else:
-                store.set(f"pong/{rank}/{self.round}/{i}", repr(link._wall()))
-                continue
-            break
-        deadline = time.monotonic() + 2.0
-        key = f"offset/{rank}/{self.round}"
-        while not store.check([key]) and time.monotonic() < deadline:
-            time.sleep(0.001)
-        value = link._take(key)
-        self.round += 1
-        if value:
-            offset, uncertainty = (float(x) for x in value.decode().split(","))
-            if math.isfinite(offset):
-                link.offsets[rank] = (offset, uncertainty)
-                if link._run_dir is not None:
-                    link._run_dir.clock(link._wall(), offset, uncertainty, "aligned")
-
-    def _post(self, reports: list[PerformanceRecord]) -> None:
-        if not reports:
-            return
-        self.seq += 1
-        self.store.set(f"fig/{self.rank}/{self.seq}", json.dumps(mean_figures(reports)))
-
-    def _close(self, reports: list[PerformanceRecord]) -> None:
-        link = self.link
-        # A short run may end before rank 0 has seen this rank: wait for its welcome and first
-        # clock estimate (rank 0 looks every 0.1 s), or until the link gives up on rank 0.
-        deadline = time.monotonic() + link.timeout_s
-        while link._on and (not self.welcomed or self.round == 0) and time.monotonic() < deadline:
-            self._tick()
-            time.sleep(0.005)
-        if not link._on or not self.welcomed:
-            return
-        self._post(reports)
-        run_dir = link._run_dir
-        if run_dir is not None:
-            for name in _FILES:
-                path = run_dir.path / name
-                data = path.read_bytes()[-_MAX_FILE_BYTES:] if path.exists() else b""
-                pieces = [data[k : k + _CHUNK] for k in range(0, len(data), _CHUNK)]
-                for k, piece in enumerate(pieces):
-                    self.store.set(f"file/{self.rank}/{name}/{k}", piece)  # type: ignore[arg-type] # bytes work
-                self.store.set(f"file/{self.rank}/{name}", str(len(pieces)))
-        self.store.set(f"bye/{self.rank}", repr(link._wall()))
-
-
-class _Leader:
-    """Rank 0: welcomes the ranks, estimates their clocks, reads their figures, names stragglers."""
-
-    def __init__(self, link: Cluster) -> None:
-        self.link = link
-        self.store = link._store
-        self.began = time.monotonic()
-        self.waiting = set(range(1, link.world))  # not joined yet
-        self.seen: dict[int, float] = {}  # rank -> monotonic time of its last sign of life
-        self.wall_seen: dict[int, float] = {}  # rank -> its last heartbeat, on its wall clock
-        self.latest: dict[int, dict[str, Any]] = {}
-        self.next_seq: dict[int, int] = {}
-        self.rounds: dict[int, int] = {}
-        self.gathers = 0
-        self.last_look = 0.0
-
-    def run(self) -> None:
-        link = self.link
-        if link._run_dir is not None:
-            link._run_dir.clock(link._wall(), 0.0, 0.0, "reference")
-        while True:
-            task = link._next_task(_POLL_S)
-            if link._on and self.waiting and time.monotonic() - self.last_look >= 0.1:
-                self._welcome()
-            if task is None:
-                continue
-            kind, reports = task
-            if not link._on:
-                if kind == "close":
-                    return
-                continue
-            if kind == "close":
-                self._close(reports)
-                return
-            self._gather(reports)
-
-    def _welcome(self) -> None:
-        link = self.link
-        self.last_look = time.monotonic()
-        for peer in sorted(self.waiting):
-            if link._has(f"hello/{peer}"):
-                self.waiting.discard(peer)
-                link.joined.add(peer)
-                self.seen[peer] = time.monotonic()
-                self.store.set(f"welcome/{peer}", "1")
-                self.next_seq[peer] = 1
-                self._align(peer)
-        if self.waiting and time.monotonic() - self.began > link.timeout_s:
-            missing = ", ".join(str(r) for r in sorted(self.waiting))
-            self.waiting.clear()
-            if not link.joined:
-                link._off(f"no other rank linked within {link.timeout_s:g} s (listeners on rank 0 only?); "
-                          "figures across ranks are off, this rank's own are kept")
-            else:
-                link._messages.append(f"rank(s) {missing} did not link within {link.timeout_s:g} s; "
-                                      "the cluster view covers the others")
-
-    def _align(self, peer: int) -> None:
-        """Ping-pong with ``peer``; the shortest round trip gives its offset, posted back to it."""
-        link, store = self.link, self.store
-        k = self.rounds.get(peer, 0)
-        self.rounds[peer] = k + 1
-        trips: list[tuple[float, float, float]] = []
-        for i in range(_PINGS):
-            sent = link._wall()
-            store.set(f"ping/{peer}/{k}/{i}", repr(sent))
-            key = f"pong/{peer}/{k}/{i}"
-            deadline = time.monotonic() + (link.timeout_s if i == 0 else 1.0)
-            while not store.check([key]):
-                if time.monotonic() > deadline:
-                    break
-            else:
-                back = link._wall()
-                trips.append((sent, float(store.get(key).decode()), back))
-                continue
-            break
-        for i in range(_PINGS):
-            for name in ("ping", "pong"):
-                store.delete_key(f"{name}/{peer}/{k}/{i}")
-        best = clock_offset(trips)
-        offset, half = best if best is not None else (math.nan, math.nan)
-        store.set(f"offset/{peer}/{k}", f"{offset!r},{half!r}")
-        if best is not None:
-            link.offsets[peer] = best
-
-    def _live_peers(self) -> list[int]:
-        return [p for p in sorted(self.link.joined) if p not in self.link.silent]
-
-    def _read(self, peer: int) -> bool:
-        """Read what ``peer`` posted since the last look; whether it closed."""
-        link = self.link
-        while True:
-            value = link._take(f"fig/{peer}/{self.next_seq[peer]}")
-            if value is None:
-                break
-            self.next_seq[peer] += 1
-            self.latest[peer] = json.loads(value)
-            self.seen[peer] = time.monotonic()
-        beat = link._take(f"beat/{peer}")
-        if beat is not None:  # when it was posted, on rank 0's clock: an old beat read late is still old
-            posted = float(beat.decode()) + link.offsets.get(peer, (0.0, 0.0))[0]
-            self.seen[peer] = time.monotonic() - max(0.0, link._wall() - posted)
-            self.wall_seen[peer] = posted
-        return link._has(f"bye/{peer}")
-
-    def _gather(self, reports: list[PerformanceRecord]) -> None:
-        link = self.link
-        now = time.monotonic()
-        for peer in self._live_peers():
-            self._read(peer)
-            if now - self.seen.get(peer, now) > link.timeout_s:
-                self._silent(peer)
-        self._line(reports)
-        self.gathers += 1
-        if self.gathers % _CLOCK_EVERY == 0:
-            for peer in self._live_peers():
-                self._align(peer)
-
-    def _line(self, reports: list[PerformanceRecord]) -> None:
-        link = self.link
-        found = [rank_figures(0, mean_figures(reports))] if reports else []
-        for peer in self._live_peers():
-            if peer in self.latest:
-                found.append(rank_figures(peer, self.latest[peer]))
-        figures = [f for f in found if f is not None]
-        if len(figures) < 2:
-            return
-        stragglers = find_stragglers(figures)
-        line = cluster_line(figures, stragglers)
-        last = max(int(reports[-1].iteration) if reports else 0,
-                   *(int(self.latest[p].get("last", 0)) for p in self._live_peers() if p in self.latest))
-        text = f"cluster at iteration {last}: {line}"
-        if link.silent:
-            text += "; silent: " + ", ".join(f"rank {r}" for r in sorted(link.silent))
-        link.lines.append(text)
-        _LOG.info("%s", text)
-        if link._run_dir is not None:
-            link._run_dir.event({
-                "kind": "cluster", "iteration": last, "line": line,
-                "stragglers": [{"rank": s.rank, "cause": s.cause, "excess_ms": s.excess_ms, "evidence": s.evidence}
-                               for s in stragglers],
-            })
-
-    def _silent(self, peer: int, why: str = "went silent") -> None:
-        link = self.link
-        last = self.wall_seen.get(peer)
-        if last is None:
-            last = link._wall() - (time.monotonic() - self.seen.get(peer, self.began))
-        link.silent[peer] = last
-        link._messages.append(f"rank {peer} {why}; the others go on without it")
-        if link._run_dir is not None:
-            link._run_dir.event({"kind": "silent", "rank": peer, "last_seen": last, "why": why})
-
-    def _close(self, reports: list[PerformanceRecord]) -> None:
-        link = self.link
-        deadline = time.monotonic() + link.timeout_s
-        closed: set[int] = set()
-        while True:
-            if self.waiting:  # a short run: ranks may link now (or be given up on, once)
-                self._welcome()
-            pending = [p for p in self._live_peers() if p not in closed]
-            for peer in pending:
-                if self._read(peer):
-                    closed.add(peer)
-            pending = [p for p in pending if p not in closed]
-            if (not pending and not self.waiting) or time.monotonic() > deadline or not link._on:
-                break
-            time.sleep(0.01)
-        if reports or closed:
-            self._line(reports)
-        for peer in sorted(pending):
-            self._silent(peer, f"did not close within {link.timeout_s:g} s")
-        run_dir = link._run_dir
-        for peer in sorted(closed):
-            files = self._files(peer)
-            if run_dir is not None:
-                _write_peer_files(rank_dir(run_dir.path.parent, peer), files)
-            link._store.delete_key(f"bye/{peer}")
-
-    def _files(self, peer: int) -> dict[str, bytes]:
-        link, out = self.link, {}
-        for name in _FILES:
-            count = link._take(f"file/{peer}/{name}")
-            if count is None:
-                continue
-            pieces = [link._take(f"file/{peer}/{name}/{k}") or b"" for k in range(int(count.decode()))]
-            out[name] = b"".join(pieces)
-        return out
-
-
 def _at_exit(link: Cluster) -> None:
     """Run ``link.exit_unclosed`` when the process ends: at interpreter exit, and at the end of a
     ``multiprocessing`` child, which skips ``atexit``. Held weakly: a closed, dropped link is forgotten."""
@@ -521,15 +214,3 @@ def _at_exit(link: Cluster) -> None:
 
     atexit.register(on_exit)
     multiprocessing.util.Finalize(None, on_exit, exitpriority=50)
-
-
-def _write_peer_files(folder: Path, files: dict[str, bytes]) -> None:
-    """Write a peer's files under rank 0's run directory, unless the folder already has them (a
-    shared disk): what the peer wrote itself is never replaced."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():
-        path = folder / name
-        if data and not path.exists():
-            tmp = path.with_suffix(path.suffix + ".part")
-            tmp.write_bytes(data)
-            tmp.replace(path)

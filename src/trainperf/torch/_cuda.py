@@ -9,8 +9,7 @@ from typing import Any
 
 import torch
 
-from .._collections import Collector
-from .._hardware import Probe
+from ..core import Collector, Probe
 
 __all__ = ["CudaTimeline"]
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from .._listener import PerformanceListener
-from .._peaks import find_peak, number_format
+from ..core import PerformanceListener
+from ..records import find_peak, number_format
 
 __all__ = ["StepFlopCounter", "device_format", "format_in_use", "step_format"]
 

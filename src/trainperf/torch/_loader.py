@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
-from .._gc import fetch_wait
-from .._listener import PerformanceListener
+from ..core import PerformanceListener, fetch_wait
 from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor, on_cuda_of
 from ._attach import Attachment

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .._listener import PerformanceListener
+from ..core import PerformanceListener
 from ._attach import Attachment, attach, detach
 from ._batch import map_tensors
 from ._loader import timed

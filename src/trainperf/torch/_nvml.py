@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .._hardware import Probe, Throttled
+from ..core import Probe, Throttled
 
 __all__: list[str] = []
 

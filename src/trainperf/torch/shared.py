@@ -10,17 +10,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .._listener import PerformanceListener
-from .._timeline import DeviceTimeline
+from ..core import PerformanceListener
+from ..records import DeviceTimeline
+from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor, on_cuda_of, worker_pids
 from ._batch import batch_size, batch_tokens
 from ._cluster import Cluster
 from ._collective import CollectiveTimer, find_ddp
 from ._cuda import AllocatorCounters, CudaTimeline, alloc_retries_reader, memory_probe
+from ._flops import StepFlopCounter, step_format
 from ._nvml import nvml_probe
 from ._tap import tap_of, untap
 
 __all__ = [
+    "CollectiveTimer", "StepFlopCounter", "loop_hooks", "step_format",
     "batch_size", "join_cluster", "token_counter", "loader_advisor", "on_cuda_of", "process_rank", "time_collectives",
     "use_model_device", "worker_pids",
 ]

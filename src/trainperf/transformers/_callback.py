@@ -28,20 +28,19 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from transformers import TrainerCallback
 
-from .._accountant import StepAccountant
-from .._check import check_bool
-from .._gc import fetch_wait
-from .._record import PerformanceRecord
-from .._runs import RunListeners, check_options
-from ..sinks._metrics import scalar_metrics
-from ..torch import _loop_hooks as loop_hooks
-from ..torch._collective import CollectiveTimer
-from ..torch._flops import StepFlopCounter, step_format
+from ..base import check_bool
+from ..core import RunListeners, StepAccountant, check_options, fetch_wait
+from ..records import PerformanceRecord
+from ..sinks import scalar_metrics
 from ..torch.shared import (
+    CollectiveTimer,
+    StepFlopCounter,
     batch_size,
     join_cluster,
     loader_advisor,
+    loop_hooks,
     on_cuda_of,
+    step_format,
     time_collectives,
     token_counter,
     use_model_device,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from ..._atomic import atomic_write
+from ...base import atomic_write
 from ._analyse import analyse, build_report
 from ._html import render_html
 from ._json import report_json

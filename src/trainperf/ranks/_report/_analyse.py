@@ -11,7 +11,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
-from ..._window import percentile
+from ...records import percentile
 from .._layout import SPAN_PHASES
 from .._stragglers import RankFigures, Straggler, cluster_line, find_stragglers, rank_figures
 from ._load import Rank, load_run

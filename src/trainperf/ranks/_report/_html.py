@@ -10,7 +10,7 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from ..._format import counted
+from ...records import counted
 from ._notes import read_notes
 
 __all__ = ["render_html", "script_json"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._format import counted
+from ...records import counted
 
 __all__: list[str] = []
 

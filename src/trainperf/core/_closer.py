@@ -1,0 +1,167 @@
+"""Closing a window: its host figures are read, its device side waited for (never blocking), and its
+record published. It knows nothing of the listener: the listener hands it the open window, the
+iteration count and who measured it, under its lock, on the thread that records."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..base import user_stacklevel
+from ..profile import Capture
+from ..ranks import RunDirLink
+from ..records import DeviceTimeline, DeviceWindow, PerformanceRecord, WindowEntry, window_figures
+from ._emit import Emitter
+from ._notices import Notices
+from ._open_window import OpenWindow
+from ._own_time import OwnTime
+from ._pending import HostWindow, PendingWindows, StepFlops
+from ._publish import Publisher
+from ._readings import HostReadings
+
+__all__: list[str] = []
+
+_Done = list[tuple[HostWindow, DeviceWindow]]
+
+
+class WindowCloser:
+    """From a closed window to its record, with trainperf's own time in it left out.
+
+    Args:
+        own: trainperf's own time on the thread that trains (a close is own time).
+        readings: GC and hardware readings, taken once per window.
+        publisher: builds each record and hands it to the sinks.
+        notices: the warnings said once the records reached the sinks.
+        emitter: the sinks (the run directory's spans go to its writer thread).
+        run_dir: the run directory this rank writes, or ``None``.
+        wall_clock: the clock of the records' timestamps.
+        verdict: whether records carry a verdict (the CPU load is read only for it).
+
+    Attributes:
+        pending: the device clock and the closed windows waiting for it.
+        flops: the model's FLOPs per optimizer step and the device's peak, for MFU (``None``: unknown).
+        capture: the profiler captures each published window may trigger (``None``: no ``profile_dir``).
+    """
+
+    __slots__ = ("own", "readings", "publisher", "notices", "emitter", "run_dir", "wall_clock", "verdict",
+                 "pending", "flops", "capture")
+
+    def __init__(self, own: OwnTime, readings: HostReadings, publisher: Publisher, notices: Notices,
+                 emitter: Emitter, run_dir: RunDirLink | None, wall_clock: Callable[[], float], *,
+                 verdict: bool) -> None:
+        self.own, self.readings, self.publisher, self.notices = own, readings, publisher, notices
+        self.emitter, self.run_dir, self.wall_clock, self.verdict = emitter, run_dir, wall_clock, verdict
+        self.pending = PendingWindows()
+        self.flops: StepFlops | None = None  # the FLOPs per step and the peak, once known
+        self.capture: Capture | None = None
+
+    def use(self, timeline: DeviceTimeline | None) -> None:
+        """Measure with ``timeline`` from now on; the windows that waited for the previous one are
+        published first, after waiting for it once."""
+        self._publish_all(self.pending.use(timeline), None)
+
+    def close(self, window: OpenWindow, last: WindowEntry, count: int, who: tuple[int | None, int | None, int | None],
+              source: str) -> PerformanceRecord | None:
+        """Close ``window`` with ``last``, its iteration ``count``; ``who`` is the ``(epoch, rank, device)``
+        its record carries and ``source`` what measured the data wait given to the listener. The
+        record is built now, or, with a device timeline, once the device has done the window's work:
+        returns the newest record built. The caller opens the next window, then calls :meth:`say`."""
+        began = self.own.begin()
+        try:
+            return self._close(window, last, count, who, source)
+        finally:
+            self.own_end(window, count, began, new_window=True)
+
+    def _close(self, window: OpenWindow, last: WindowEntry, count: int,
+               who: tuple[int | None, int | None, int | None], source: str) -> PerformanceRecord | None:
+        window_start = window.start
+        entries = window.entries
+        entries.append(last)
+        readings, notices = self.readings, self.notices
+        figures = window_figures(window_start, entries, pauses=readings.take_pauses())
+        gap = figures.etl_from_gap
+        epoch, rank, device = who
+        host = HostWindow(
+            first_iteration=window.first_iteration,
+            iteration=count,
+            figures=figures,
+            warmup=window.warmup,
+            timestamp=self.wall_clock(),
+            gc=readings.read_collections(notices.once),
+            gc_s=figures.gc_s,
+            score=window.score,
+            epoch=epoch,
+            rank=rank,
+            device=device,
+            overhead_s=self.own.overhead_s,
+            times=window.take_times(figures.iterations),
+            etl_source=source if gap == 0 else "gap" if gap == figures.iterations else f"{source}+gap",
+            hardware=readings.read_hardware(notices.once),
+            excluded=window.take_excluded(count, figures.iterations),
+            tokens=window.window_tokens(figures.iterations),
+            flops=self.flops,
+            capture=None if self.capture is None else self.capture.path_in(window.first_iteration, count),
+        )
+        pending = self.pending
+        record: PerformanceRecord | None
+        if pending.timeline is None:
+            record = self._publish(host, None, count)
+        else:
+            record = self._publish_all(pending.add(host), count)
+        if self.run_dir is not None:  # the window's host spans, once its iterations are known
+            self.emitter.submit(self.run_dir.spans_task(window_start, entries, count, self.own.clock.shift))
+        return record
+
+    def poll(self, window: OpenWindow, count: int, *, on_cuda: bool) -> PerformanceRecord | None:
+        """Publish the windows whose device work has completed (never blocks); their cost is left out
+        of ``window``, the open one, after ``count`` iterations."""
+        done = self.pending.poll()
+        if not done:
+            return None
+        return self._publish_timed(done, window, count, on_cuda=on_cuda)
+
+    def drain(self, window: OpenWindow, count: int, *, on_cuda: bool) -> PerformanceRecord | None:
+        """Publish every window still waiting for the device, after waiting for it once (end of
+        training), as trainperf's own time; the newest record, or ``None`` when none waited."""
+        if not self.pending:
+            return None
+        return self._publish_timed(self.pending.drain(), window, count, on_cuda=on_cuda)
+
+    def finish(self) -> None:
+        """Publish every window still waiting, after waiting for the device once (training restarts)."""
+        self._publish_all(self.pending.drain(), None)
+
+    def _publish_timed(self, done: _Done, window: OpenWindow, count: int, *, on_cuda: bool) -> PerformanceRecord | None:
+        began = self.own.begin()
+        try:
+            record = self._publish_all(done, count)
+        finally:
+            self.own_end(window, count, began)
+        self.say(on_cuda=on_cuda)
+        return record
+
+    def own_end(self, window: OpenWindow, count: int, began: float, *, new_window: bool = False) -> None:
+        """trainperf's own work begun at ``began`` ended: on a device, its idle time then is not the
+        next iteration's (``count`` is the iterations so far) either."""
+        seconds = self.own.end(began, new_window=new_window)
+        if self.pending.timeline is not None:
+            window.exclude_before(count, seconds)
+
+    def say(self, *, on_cuda: bool) -> None:
+        """Issue the warnings of the records just built, once they have reached every sink."""
+        self.notices.on_cuda = on_cuda
+        self.notices.say(user_stacklevel)
+
+    def _publish_all(self, done: _Done, count: int | None) -> PerformanceRecord | None:
+        record = None
+        for host, device in done:
+            record = self._publish(host, device, count)
+        return record
+
+    def _publish(self, host: HostWindow, device: DeviceWindow | None, count: int | None) -> PerformanceRecord:
+        """Publish a window; with the iterations done so far (``count``; ``None`` when training
+        restarts), a capture may arm."""
+        cpu = self.readings.cpu_load(host.hardware, host.figures) if device is None and self.verdict else None
+        record = self.publisher.publish(host, device, cpu)
+        if self.capture is not None and count is not None:  # in trainperf's own time: not the loop's
+            self.capture.consider(record, count)
+        return record

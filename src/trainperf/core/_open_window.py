@@ -1,0 +1,103 @@
+"""The window being measured: where it began, one entry per iteration so far, and what adapters added
+to it (named times, host time left out before an iteration). It knows nothing of the listener and
+takes no lock: the listener calls it on the thread that records, or under its lock."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from ..records import WindowEntry
+
+__all__: list[str] = []
+
+
+class OpenWindow:
+    """The open window's state.
+
+    Attributes:
+        start: when it began, on the listener's clock.
+        entries: one :data:`~trainperf._window.WindowEntry` per iteration recorded in it.
+        first_iteration: the number of its first iteration.
+        end: the iteration count at which it closes.
+        warmup: whether it is the first window of the run.
+        score: the latest loss given in it (read only when it is reported).
+    """
+
+    __slots__ = ("start", "entries", "first_iteration", "end", "warmup", "score", "_tokens", "_tokens_counted",
+                 "_times", "_samples", "_excluded")
+
+    def __init__(self) -> None:
+        self.start = 0.0
+        self.entries: list[WindowEntry] = []
+        self.first_iteration = 1
+        self.end = 0
+        self.warmup = True
+        self.score: Any = None
+        self._tokens = 0  # the real tokens of the iterations that counted theirs
+        self._tokens_counted = 0  # how many iterations did
+        self._times: dict[str, float] = {}
+        self._samples: dict[str, list[float]] = {}  # per-iteration values of add_sample
+        self._excluded: dict[int, float] = {}  # iteration index -> host seconds left out before it
+
+    def reset(self, now: float, count: int, frequency: int, *, first: bool) -> None:
+        """Open the next window at ``now``, after ``count`` iterations, for ``frequency`` more."""
+        self.start = now
+        self.entries = []
+        self.score = None
+        self._tokens = self._tokens_counted = 0
+        self.end = count + frequency
+        self.first_iteration = count + 1
+        self.warmup = first
+
+    @property
+    def last_end(self) -> float:
+        """When the last iteration recorded in it ended (its start while there is none)."""
+        return self.entries[-1][0] if self.entries else self.start
+
+    def add_tokens(self, tokens: int) -> None:
+        """One iteration's real tokens (called only for iterations that counted them)."""
+        self._tokens += tokens
+        self._tokens_counted += 1
+
+    def window_tokens(self, iterations: int) -> int | None:
+        """The window's real tokens when each of its ``iterations`` counted them, else ``None``."""
+        return self._tokens if iterations and self._tokens_counted == iterations else None
+
+    def add_time(self, name: str, seconds: float) -> None:
+        times = self._times
+        times[name] = times.get(name, 0.0) + seconds
+
+    def add_sample(self, name: str, seconds: float) -> None:
+        self.add_time(name, seconds)
+        samples = self._samples.get(name)
+        if samples is None:
+            samples = self._samples[name] = []
+        samples.append(seconds)
+
+    def take_times(self, iterations: int) -> dict[str, float]:
+        """The named times as ``<name>_ms`` means over ``iterations`` (and ``<name>_p50_ms`` medians of
+        the sampled ones), forgotten once taken."""
+        if not self._times:
+            return {}
+        times, self._times = self._times, {}
+        out = {f"{name}_ms": 1000.0 * seconds / iterations for name, seconds in times.items()}
+        if self._samples:
+            samples, self._samples = self._samples, {}
+            for name, values in samples.items():
+                out[f"{name}_p50_ms"] = 1000.0 * statistics.median(values)
+        return out
+
+    def exclude_before(self, index: int, seconds: float) -> None:
+        """``seconds`` of host time left out just before the iteration of 0-based ``index``."""
+        self._excluded[index] = self._excluded.get(index, 0.0) + seconds
+
+    def take_excluded(self, count: int, iterations: int) -> tuple[float, ...]:
+        """Per iteration of the ``iterations`` that end at ``count``, the host seconds left out before
+        it (empty when none was); forgotten once taken."""
+        if not self._excluded:
+            return ()
+        first = count - iterations
+        out = tuple(self._excluded.pop(i, 0.0) for i in range(first, count))
+        self._excluded = {i: s for i, s in self._excluded.items() if i >= count}
+        return out
