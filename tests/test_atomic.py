@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from trainperf import _atomic
+from trainperf.base import _atomic
 from trainperf.base._atomic import atomic_write
 
 

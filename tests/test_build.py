@@ -132,7 +132,8 @@ def test_the_record_is_built_by_position_in_the_schemas_order_each_value_named_a
     import inspect
     import re
 
-    from trainperf import PerformanceRecord, _build
+    from trainperf import PerformanceRecord
+    from trainperf.core import _build
     from trainperf.records._record import build_record
 
     schema = [f.name for f in dataclasses.fields(PerformanceRecord)]

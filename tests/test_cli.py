@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from _pictures import assert_drawn
-from trainperf import _cli
+from trainperf import cli as _cli
 
 GUIDE = (
     "o.d.o.l.PerformanceListener - ETL: 0 ms; iteration 30; iteration time: 17 ms; samples/sec: 588.235; "

@@ -13,7 +13,8 @@ import warnings
 
 import pytest
 
-from trainperf import PerformanceListener, PerformanceRecord, SinkError, _emit
+from trainperf import PerformanceListener, PerformanceRecord, SinkError
+from trainperf.core import _emit
 from trainperf.core._emit import Emitter
 
 

@@ -79,7 +79,7 @@ def timed_call(listener: PerformanceListener, took: list[float], started: thread
 
 def test_a_second_thread_waits_for_the_first_at_most_until_its_next_call_or_a_bound():
     """The first thread is not inside a call: the second waits for its next call, or the bound once."""
-    from trainperf import _handover
+    from trainperf.core import _handover
 
     listener = PerformanceListener(4, sinks=[], report_hardware=False)
     listener.record_iteration(samples=1)
@@ -102,7 +102,7 @@ def test_a_second_thread_waits_for_the_first_at_most_until_its_next_call_or_a_bo
 
 
 def test_the_first_threads_next_call_ends_the_second_threads_wait():
-    from trainperf import _handover
+    from trainperf.core import _handover
 
     listener = PerformanceListener(100, sinks=[], report_hardware=False)
     listener.record_iteration(samples=1)

@@ -84,7 +84,7 @@ def _finishes(target: Callable[[], None], seconds: float = 10.0) -> bool:
 
 
 def test_a_release_while_the_ledgers_are_locked_does_not_wait_and_is_counted_later():
-    from trainperf import _own_time
+    from trainperf.core import _own_time
 
     def clock() -> float:
         return 0.0
@@ -146,7 +146,7 @@ def test_own_time_that_ended_at_a_reading_is_before_it_and_what_ended_later_is_n
 def test_a_ledger_released_twice_does_not_hold_up_the_releases_queued_after_it():
     """A finalizer and ``close`` both giving a key back: the second release finds no ledger, and the
     releases queued behind it (the lock was held) are counted all the same."""
-    from trainperf import _own_time
+    from trainperf.core import _own_time
 
     before = ledgers_in_use()
     clocks = Raw(), Raw()  # kept: a key is the clock's id
