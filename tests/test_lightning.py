@@ -399,3 +399,33 @@ def test_starting_non_persistent_workers_each_epoch_is_data_wait(tmp_path):
     assert len(edge_windows) == 2
     for window, started in zip(edge_windows, starts, strict=True):
         assert window.etl_total_ms >= 0.9 * 1000.0 * started, (window.etl_total_ms, started)
+
+
+@pytest.mark.realtime
+def test_a_callbacks_8ms_of_batch_end_work_is_other_time_listed_before_or_after(tmp_path):
+    """A user callback busy for 8 ms in on_train_batch_end (its own stopwatch keeps what it took):
+    listed before or after ours, its work is in other time (all of it, after the first step), and
+    other time less that work is the same either way within what a busy machine allows."""
+
+    class Busy(pl.Callback):
+        def __init__(self):
+            self.spent = []
+
+        def on_train_batch_end(self, *args):
+            started = time.perf_counter()
+            while time.perf_counter() - started < 0.008:
+                pass
+            self.spent.append(time.perf_counter() - started)
+
+    rest = {}
+    for first in (True, False):
+        busy, callback = Busy(), PerformanceCallback(10, sinks=[], history=None)
+        t = trainer(pl, callback, tmp_path, max_steps=40)
+        t.callbacks.insert(t.callbacks.index(callback) + (0 if first else 1), busy)
+        t.fit(module_class(pl.LightningModule)(), loader(n=40))
+        records = [r for r in callback.history if not r.warmup]
+        other_s = sum(r.other_ms * r.window_iterations for r in records) / 1000.0
+        work_s = sum(busy.spent[9:39])  # steps 11-40 (after the warm-up) hold the work after steps 10-39
+        assert other_s >= 0.98 * work_s, (first, other_s, work_s)
+        rest[first] = (other_s - work_s) / 30 * 1000.0  # ms per iteration that is not the callback's
+    assert abs(rest[True] - rest[False]) < 1.5, rest

@@ -223,6 +223,7 @@ def test_validate_and_test_stages_leave_the_listener_alone(tmp_path, clock):
     # a loader whose iter() costs 20 ms: told once, not once more per stage that came before
     trainer.fit(module, SlowStart(clock, ClockedData(clock, LOAD, 8), batch_size=None))
     assert [split(r) for r in callback.history] == [(10.0, 7.0, 0.0, 17.0), (5.0, 7.0, 0.0, 12.0)]
+    assert not any("eval_ms" in r.extra for r in callback.history)  # the validate stage is no fit's
     assert listener.closed
 
 
@@ -573,3 +574,29 @@ def test_mixed_precision_keeps_the_split_the_score_and_counts_a_step_the_scaler_
     assert [r.optimizer_steps for r in records] == [4, 4]
     assert [r.skipped_steps for r in records] == ([1, 0] if scaled else [0, 0])
     assert [r.score for r in records] == pytest.approx([module.losses[3], module.losses[7]], rel=1e-3)
+
+
+def test_an_optimizer_whose_step_calls_its_base_classs_step_ends_the_iteration_once_at_the_outer_end(
+        tmp_path, clock):
+    """torch runs the step hooks once per class level; the iteration ends after the outer step, so
+    the 2 ms it spends after its base class's step are compute, not other time."""
+
+    class Outer(torch.optim.SGD):
+        def step(self, closure=None):
+            out = super().step(closure)
+            clock.advance(0.002)
+            return out
+
+    class Module(Costly):
+        def configure_optimizers(self):
+            return Outer(self.parameters(), lr=0.1)
+
+    work = Spends(clock, "on_train_batch_end", 0.003)
+    callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
+    trainer = pl.Trainer(callbacks=[work, callback], logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path,
+                         accelerator="cpu", devices=1, max_epochs=1)
+    trainer.fit(Module(clock), torch.utils.data.DataLoader(ClockedData(clock, LOAD, 8), batch_size=None))
+    records = list(callback.history)
+    assert [split(r) for r in records] == [(5.0, 9.0, 2.25, 16.25), (5.0, 9.0, 3.0, 17.0)]
+    assert [r.optimizer_steps for r in records] == [4, 4]

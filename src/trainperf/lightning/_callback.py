@@ -176,10 +176,9 @@ class PerformanceCallback(_CallbackBase):
         listener.set_etl_source("loader")
         if device is not None and getattr(device, "type", None) == "cpu":
             listener.set_step_threads(torch.get_num_threads())
-        first_fetch = self._first_fetch
-        listener.start(at=first_fetch)
+        listener.start(at=self._first_fetch)
         # a fetch before now (the first epoch's iterator) is the first iteration's data wait
-        self._account.boundary = self._clock() if first_fetch is None else first_fetch
+        self._account.boundary = self._clock() if self._first_fetch is None else self._first_fetch
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self.listener.set_epoch(trainer.current_epoch)
@@ -214,8 +213,9 @@ class PerformanceCallback(_CallbackBase):
             if self._depth:
                 return
         self._stepped = True
-        self._account.step()
-        if not self._manual:
+        if self._manual:
+            self._account.step()
+        else:  # one step: the accountant's count when none was told
             self._end()
 
     def _on_nested_step_start(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -276,7 +276,7 @@ class PerformanceCallback(_CallbackBase):
 
     # -- evaluation and checkpoints: other host time, and figures of their own -------------
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
-        if not trainer.sanity_checking:  # the sanity check comes before training starts
+        if trainer.state.fn == "fit" and not trainer.sanity_checking:  # the sanity check is before training
             self._eval_started = self._clock()
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
