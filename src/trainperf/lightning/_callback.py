@@ -165,7 +165,7 @@ class PerformanceCallback(_CallbackBase):
         self._samples_of = samples_reader(getattr(trainer.fit_loop, "_combined_loader", None))
         self._hook_steps(trainer)
         if self._manual:
-            self._wrap(pl_module, "training_step", self._timed_training_step)
+            self._wrap(pl_module, "training_step", self._ending_training_step)
         self._wrap(trainer, "save_checkpoint", self._timed_save)
         self._wrap_fetch(trainer)
         self._flop_counter = StepFlopCounter(listener, device, number_format(trainer, pl_module, device),
@@ -229,7 +229,7 @@ class PerformanceCallback(_CallbackBase):
                 self._end()
         self._stepped = False
 
-    def _timed_training_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
+    def _ending_training_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def training_step(*args: Any, **kwargs: Any) -> Any:
             output = original(*args, **kwargs)
             if self._score:
