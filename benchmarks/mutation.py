@@ -45,6 +45,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "_publish.py": ("tests/test_publish.py",),
     "_closer.py": ("tests/test_closer.py",),
     "_handover.py": ("tests/test_handover.py",),
+    "_accountant.py": ("tests/test_accountant.py",),
     "_peaks.py": ("tests/test_peaks.py",),
     "torch/_flops.py": ("tests/test_flops.py", "tests/test_tokens_adapters.py"),
     "profile/_rule.py": ("tests/test_capture_rule.py", "tests/test_capture.py"),
