@@ -43,7 +43,6 @@ from .._timeline import DeviceTimeline
 from ..sinks import LoggerSink
 from ..torch import _loop_hooks as loop_hooks
 from ..torch import shared
-from ..torch._attach import _hooked_step_levels
 from ..torch._flops import StepFlopCounter
 from ._compat import callback_base
 from ._trainer import ddp_of, lightning_flops, number_format, samples_reader
@@ -315,7 +314,7 @@ class PerformanceCallback(_CallbackBase):
         self._optimizers = tuple(getattr(trainer, "optimizers", None) or ())
         handles = [register_optimizer_step_post_hook(self._on_step)]
         for optimizer in self._optimizers:
-            if _hooked_step_levels(optimizer) > 1:  # seen first in the innermost post-hook
+            if shared.hooked_step_levels(optimizer) > 1:  # seen first in the innermost post-hook
                 handles.append(optimizer.register_step_pre_hook(self._on_nested_step_start))
         self._undo.extend(handle.remove for handle in handles)
 

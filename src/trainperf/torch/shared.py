@@ -18,9 +18,11 @@ from ._cluster import Cluster
 from ._collective import CollectiveTimer, find_ddp
 from ._cuda import AllocatorCounters, CudaTimeline, alloc_retries_reader, memory_probe
 from ._nvml import nvml_probe
+from ._registry import hooked_step_levels
 from ._tap import tap_of, untap
 
 __all__ = [
+    "hooked_step_levels",
     "batch_size", "join_cluster", "token_counter", "loader_advisor", "on_cuda_of", "process_rank", "time_collectives",
     "use_model_device", "worker_pids",
 ]
