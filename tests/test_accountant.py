@@ -181,3 +181,86 @@ def test_restart_forgets_an_unfinished_iteration():
     account.end(5.3)
     row = split(calls.rows[0])
     assert row["etl"] == pytest.approx(0.1) and row["other"] == pytest.approx(0.1) and row["samples"] == 1
+
+
+def test_a_span_after_the_first_sign_moves_from_the_step_into_other_time_when_said_so():
+    calls, account = make()
+    account.fetch(0.010, samples=4)
+    account.begin(0.010)
+    account.span("checkpoint", 0.020, within=True)  # saved after the batch came
+    account.span("eval", 0.005)  # not said: it stays in the step, as before
+    account.end(0.100)
+    row = split(calls.rows[0])
+    assert row["other"] == pytest.approx(0.020) and row["etl"] == pytest.approx(0.010)
+    assert calls.times == [("checkpoint", 0.020), ("eval", 0.005)]
+
+
+def test_a_span_inside_the_step_never_takes_more_than_the_step_had():
+    calls, account = make()
+    account.begin(0.0)
+    account.fetch(0.030, samples=1)
+    account.span("checkpoint", 0.5, within=True)
+    account.end(0.040)  # 10 ms of step beside the 30 ms fetch
+    row = split(calls.rows[0])
+    assert row["other"] == pytest.approx(0.010)
+    assert row["etl"] + row["other"] <= 0.040
+
+
+def test_a_nan_or_negative_span_says_nothing_and_moves_nothing():
+    calls, account = make()
+    account.span("eval", float("nan"))
+    account.span("eval", -1.0, within=True)
+    account.begin(0.01)
+    account.end(0.02)
+    assert calls.times == [] and split(calls.rows[0])["other"] == pytest.approx(0.01)
+
+
+def test_without_a_loader_the_gap_is_the_data_wait_given_as_its_end():
+    calls, account = make(at=1.0)
+    account.begin(1.030)  # the first forward: the gap before it stands for the data wait
+    account.step()
+    account.end_gap(1.050, samples=8, batches=2)
+    row = split(calls.rows[0])
+    assert (row["started"], row["other"], row["samples"], row["batches"], row["tokens"]) == (1.030, 0.0, 8, 2, None)
+    assert row["steps"] == 1 and calls.rows[0][0] == 1.050
+
+
+def test_without_a_loader_spans_in_the_gap_are_other_time_not_data_wait():
+    calls, account = make(at=0.0)
+    account.span("eval", 0.012)
+    account.span("checkpoint", 0.006)
+    account.begin(0.030)
+    account.end_gap(0.040, samples=None, batches=1)
+    row = split(calls.rows[0])
+    # the listener takes the data wait as started - boundary: 12 ms, and 18 ms of other time
+    assert row["started"] == pytest.approx(0.012) and row["other"] == pytest.approx(0.018)
+
+
+def test_without_a_loader_the_iterables_timed_share_of_the_gap_is_the_data_wait():
+    calls, account = make(at=0.0)
+    account.fetch(0.002, batch=False)  # an epoch's iter() that was timed
+    account.span("eval", 0.010)
+    account.begin(0.030)
+    account.end_gap(0.050, samples=4, batches=1, data=0.008)
+    row = split(calls.rows[0])
+    assert row["started"] is None
+    assert row["etl"] == pytest.approx(0.010) and row["other"] == pytest.approx(0.020)
+    # the timed share can't exceed the gap less its spans
+    account.span("eval", 0.015)
+    account.begin(0.070)
+    account.end_gap(0.080, samples=4, batches=1, data=0.050)
+    row = split(calls.rows[1])
+    assert row["etl"] == pytest.approx(0.005) and row["other"] == pytest.approx(0.015)
+
+
+def test_without_a_loader_or_a_first_sign_only_the_fetches_are_data_wait():
+    calls, account = make(at=0.0)
+    account.fetch(0.004, batch=False)
+    account.step()
+    account.step(skipped=True)
+    account.end_gap(0.050, samples=None, batches=1)
+    row = split(calls.rows[0])
+    assert (row["started"], row["etl"], row["other"], row["steps"], row["skipped"]) == (None, 0.004, 0.0, 2, 1)
+    account.begin(0.060)
+    account.end_gap(0.070, samples=None, batches=1)  # the next one starts where this ended
+    assert split(calls.rows[1])["started"] == 0.060 and account.boundary == 0.070

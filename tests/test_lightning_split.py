@@ -176,18 +176,22 @@ def test_accumulation_over_a_loader_fetched_ahead(tmp_path, clock):
     assert [split(r) for r in callback.history] == [(11.25, 14.0, 0.0, 25.25), (8.75, 14.0, 0.0, 22.75)]
 
 
-def test_validation_inside_an_epoch_is_left_out_of_every_window(tmp_path, clock):
-    """Validation after every 4 training batches: 2 batches of 5 ms to load and 50 ms each to run.
-    None of it is data wait, compute or other: the windows read as without validation."""
+def test_validation_inside_an_epoch_is_other_time_of_the_next_step_and_its_own_figure(tmp_path, clock):
+    """Validation after every 4 training batches: 2 batches of 5 ms to load and 50 ms each to run
+    (110 ms). The one after step 4 is other time of step 5 (110 / 4 ms in the second window), and
+    reported as ``eval_ms`` there; the one after the last step is in no iteration."""
     val = torch.utils.data.DataLoader(ClockedData(clock, LOAD, 2), batch_size=None)
     callback, _ = fit(clock, tmp_path, [], module=Costly(clock, val_s=0.050), val=val, val_check_interval=4,
                       max_epochs=1)
-    assert [split(r) for r in callback.history] == [(5.0, 7.0, 0.0, 12.0)] * 2
+    records = list(callback.history)
+    assert [split(r) for r in records] == [(5.0, 7.0, 0.0, 12.0), (5.0, 7.0, 27.5, 39.5)]
+    assert [r.extra.get("eval_ms") for r in records] == [None, pytest.approx(27.5)]
 
 
-def test_a_checkpoint_saved_between_steps_is_left_out(tmp_path, clock):
+def test_a_checkpoint_saved_between_steps_is_other_time_and_its_own_figure(tmp_path, clock):
     """A callback saves a checkpoint after every step; writing it costs 40 ms (in on_save_checkpoint):
-    not other time, not compute."""
+    other time of the next step, and ``checkpoint_ms``. Steps 1-3's checkpoints are in the first
+    window (120 / 4 ms), steps 4-7's in the second (160 / 4 ms); the last step's is in no iteration."""
 
     class Saves(pl.Callback):
         def on_train_batch_end(self, trainer, *args):
@@ -198,7 +202,9 @@ def test_a_checkpoint_saved_between_steps_is_left_out(tmp_path, clock):
 
     callback, trainer = fit(clock, tmp_path, [Saves()], max_epochs=1)
     assert (tmp_path / "last.ckpt").exists()
-    assert [split(r) for r in callback.history] == [(5.0, 7.0, 0.0, 12.0)] * 2
+    records = list(callback.history)
+    assert [split(r) for r in records] == [(5.0, 7.0, 30.0, 42.0), (5.0, 7.0, 40.0, 52.0)]
+    assert [r.extra["checkpoint_ms"] for r in records] == pytest.approx([30.0, 40.0])
     assert "save_checkpoint" not in trainer.__dict__  # the wrapper is gone after the fit
 
 
@@ -217,6 +223,7 @@ def test_validate_and_test_stages_leave_the_listener_alone(tmp_path, clock):
     # a loader whose iter() costs 20 ms: told once, not once more per stage that came before
     trainer.fit(module, SlowStart(clock, ClockedData(clock, LOAD, 8), batch_size=None))
     assert [split(r) for r in callback.history] == [(10.0, 7.0, 0.0, 17.0), (5.0, 7.0, 0.0, 12.0)]
+    assert not any("eval_ms" in r.extra for r in callback.history)  # the validate stage is no fit's
     assert listener.closed
 
 
@@ -278,13 +285,16 @@ def test_a_plain_iterable_of_batches_trains_with_no_loader_to_time(tmp_path, clo
     assert "save_checkpoint" not in vars(trainer)
 
 
-def test_validation_left_out_is_only_its_own_time_not_the_hooks_before_it(tmp_path, early_clock):
+def test_validation_and_batch_end_work_are_both_other_time_and_only_validation_is_eval(tmp_path, early_clock):
     """3 ms of on_train_batch_end work, then validation (2 batches: 5 ms to load, 50 ms to run each)
-    after every 4th step: the 3 ms stay other time of the next step, every step's."""
+    after every 4th step: the second window's other time holds four hooks' 12 ms and the 110 ms
+    validation ((12 + 110) / 4 ms), its ``eval_ms`` the validation alone."""
     val = torch.utils.data.DataLoader(ClockedData(early_clock, LOAD, 2), batch_size=None)
     callback, _ = fit(early_clock, tmp_path, [Spends(early_clock, "on_train_batch_end", 0.003)],
                       module=Costly(early_clock, val_s=0.050), val=val, val_check_interval=4, max_epochs=1)
-    assert [split(r) for r in callback.history] == [(5.0, 7.0, 2.25, 14.25), (5.0, 7.0, 3.0, 15.0)]
+    records = list(callback.history)
+    assert [split(r) for r in records] == [(5.0, 7.0, 2.25, 14.25), (5.0, 7.0, 30.5, 42.5)]
+    assert [r.extra.get("eval_ms") for r in records] == [None, pytest.approx(27.5)]
 
 
 def test_a_single_device_fit_has_no_rank_and_tells_the_listener_its_cpu_threads(tmp_path, clock, monkeypatch):
@@ -294,10 +304,13 @@ def test_a_single_device_fit_has_no_rank_and_tells_the_listener_its_cpu_threads(
     assert callback.listener._readings.step_threads == torch.get_num_threads()  # for the cpu-contention verdict
 
 
-def test_time_in_lightnings_own_collective_between_steps_is_summed(clock):
+def test_time_in_lightnings_own_collective_between_steps_is_a_wait_not_other_time(clock):
     """Lightning 2.5+ broadcasts between steps whether rank 0 got SIGTERM; the callback times it
-    (waiting for a late rank 0 there is not host work) and unwraps it after the fit."""
+    (waiting for a late rank 0 there is not host work: the collective timer gets it) and unwraps it
+    after the fit."""
     from types import SimpleNamespace
+
+    from trainperf.core._accountant import StepAccountant
 
     calls: list[int] = []
 
@@ -308,13 +321,19 @@ def test_time_in_lightnings_own_collective_between_steps_is_summed(clock):
             return "sent"
 
     loop = EpochLoop()
-    trainer = SimpleNamespace(fit_loop=SimpleNamespace(epoch_loop=loop), __dict__={})
+    trainer = SimpleNamespace(fit_loop=SimpleNamespace(epoch_loop=loop))
     callback = PerformanceCallback(4, sinks=[], clock=clock)
-    callback._wrap_loop_collective(trainer)
+    recorded: list[tuple] = []
+    waits: list[float] = []
     clock.now = 0.003  # near 0: a remainder or quotient of two readings is far from their difference
+    callback._account = StepAccountant(lambda *args: recorded.append(args), at=0.001, add_wait=waits.append)
+    callback._wrap_loop_collective(trainer)
     assert loop._broadcast_sigterm_tensor() == "sent" and loop._broadcast_sigterm_tensor() == "sent"
-    assert callback._loop_wait == pytest.approx(0.008, abs=1e-12) and len(calls) == 2
-    callback._unwrap(trainer)
+    callback._account.begin(clock.now + 0.001)  # 3 ms of the loop's own work around 8 ms of broadcasts
+    callback._account.end(clock.now + 0.005)
+    assert waits == [pytest.approx(0.008, abs=1e-12)] and len(calls) == 2
+    assert recorded[0][5] == pytest.approx(0.003, abs=1e-12)  # other: 0.001 -> 0.012, less the 8 ms
+    callback._unwrap()
     assert "_broadcast_sigterm_tensor" not in vars(loop)
     callback.listener.close()
 
@@ -405,3 +424,179 @@ def test_a_step_with_one_micro_batch_of_unknown_size_has_unknown_samples(tmp_pat
         trainer.fit(AnyShape(clock), torch.utils.data.DataLoader(batches, batch_size=None))
     assert [(r.iteration, r.batches, r.samples) for r in callback.history] == [(2, 4, None), (4, 4, None)]
 
+
+
+@pytest.mark.parametrize("package_name", ["pytorch_lightning", "lightning.pytorch"])
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_users_batch_end_work_is_other_time_whether_listed_before_or_after_the_callback(
+        tmp_path, clock, package_name, accumulate):
+    """8 ms of work in a user's on_train_batch_end: the step ends at the optimizer step itself, so
+    wherever the user's callback is listed its work is other time of the next step (after every
+    micro-batch but the last with accumulation: then it is inside the step). Steps 2-8 each hold one
+    (or ``accumulate``) of them; the first window holds three steps' worth."""
+    package = pytest.importorskip(package_name)
+
+    class Module(package.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 2)
+
+        def training_step(self, batch, batch_idx):
+            clock.advance(STEP)
+            return torch.nn.functional.cross_entropy(self.fc(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    class Work(package.Callback):
+        def on_train_batch_end(self, *args) -> None:
+            clock.advance(0.008)
+
+    def run(first: bool) -> list[tuple[float, ...]]:
+        work = Work()
+        callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
+        trainer = package.Trainer(callbacks=[work, callback] if first else [callback, work], logger=False,
+                                  enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                                  default_root_dir=tmp_path, accelerator="cpu", devices=1, max_epochs=1,
+                                  accumulate_grad_batches=accumulate)
+        trainer.fit(Module(), torch.utils.data.DataLoader(ClockedData(clock, LOAD, 8 * accumulate),
+                                                               batch_size=None))
+        return [split(r) for r in callback.history]
+
+    k = accumulate
+    etl, step = 5.0 * k, 7.0 * k + 8.0 * (k - 1)  # the micro-batches' own batch-end work is inside the step
+    expected = [(etl, step, 6.0, etl + step + 6.0), (etl, step, 8.0, etl + step + 8.0)]
+    assert run(first=True) == run(first=False) == expected
+
+
+def test_validation_and_checkpoints_count_in_their_windows_and_the_parts_add_up(tmp_path, early_clock):
+    """Validation every 3 steps (one 5 ms batch, run for 20 ms) and ``ModelCheckpoint`` every 2 steps
+    (writing costs 30 ms), 12 steps in windows of 4: each window's other time is its share of both,
+    ``eval_ms`` and ``checkpoint_ms`` are present where they happened, and the parts add up."""
+    clock = early_clock
+
+    class Writes(pl.Callback):
+        def on_save_checkpoint(self, *args):
+            clock.advance(0.030)
+
+    val = torch.utils.data.DataLoader(ClockedData(clock, LOAD, 1), batch_size=None)
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
+    trainer = pl.Trainer(callbacks=[callback, Writes(), checkpoint], logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=tmp_path, accelerator="cpu", devices=1,
+                         max_epochs=1, num_sanity_val_steps=0, val_check_interval=3)
+    trainer.fit(Costly(clock, val_s=0.020), torch.utils.data.DataLoader(ClockedData(clock, LOAD, 12), batch_size=None),
+                val)
+    records = list(callback.history)
+    # validation after steps 3, 6, 9 (and 12: after the last); checkpoints after steps 2, 4, ..., 10 (12: after)
+    # window 1 (steps 1-4) holds validation 3 and checkpoint 2; window 2 (5-8) validation 6, checkpoints 4, 6;
+    # window 3 (9-12) validation 9, checkpoints 8, 10
+    assert [r.extra.get("eval_ms") for r in records] == pytest.approx([25.0 / 4] * 3)
+    assert [r.extra.get("checkpoint_ms") for r in records] == pytest.approx([30.0 / 4, 60.0 / 4, 60.0 / 4])
+    assert [round(r.other_ms, 3) for r in records] == [13.75, 21.25, 21.25]
+    for r in records:
+        assert (round(r.etl_ms, 3), round(r.compute_ms, 3)) == (5.0, 7.0)
+        total = r.etl_ms + r.compute_ms + r.other_ms + (r.gc_total_ms or 0.0) / r.window_iterations
+        assert total == pytest.approx(r.iteration_ms, rel=1e-9)
+
+
+class Manual(Costly):
+    """Manual optimization: one step per batch, optionally with a loss that is infinite at given steps."""
+
+    def __init__(self, clock, inf_at=(), **kw) -> None:
+        super().__init__(clock, **kw)
+        self.automatic_optimization = False
+        self.inf_at, self.losses = set(inf_at), []
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+        self.clock.advance(STEP)
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.fc(x), y) * (float("inf") if batch_idx in self.inf_at else 1.0)
+        self.losses.append(float(loss))
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+        return loss
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["user callback first", "user callback last"])
+def test_manual_optimization_ends_the_iteration_where_training_step_returns(tmp_path, clock, first):
+    """An iteration is a training batch; what follows its training_step (a user's 3 ms of
+    on_train_batch_end, wherever it is listed) is other time of the next batch."""
+    work = Spends(clock, "on_train_batch_end", 0.003)
+    callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False, report_score=True)
+    trainer = pl.Trainer(callbacks=[work, callback] if first else [callback, work], logger=False,
+                         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                         default_root_dir=tmp_path, accelerator="cpu", devices=1, max_epochs=1)
+    module = Manual(clock)
+    trainer.fit(module, torch.utils.data.DataLoader(ClockedData(clock, LOAD, 8), batch_size=None))
+    records = list(callback.history)
+    assert [split(r) for r in records] == [(5.0, 7.0, 2.25, 14.25), (5.0, 7.0, 3.0, 15.0)]
+    assert [r.optimizer_steps for r in records] == [4, 4]
+    assert [r.score for r in records] == pytest.approx([module.losses[3], module.losses[7]])
+    assert "training_step" not in vars(module)  # unwrapped after the fit
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+@pytest.mark.parametrize("manual", [False, True], ids=["automatic", "manual"])
+def test_mixed_precision_keeps_the_split_the_score_and_counts_a_step_the_scaler_skipped(
+        tmp_path, clock, precision, manual):
+    """With 16-mixed (its plugin made for the CPU, where the Trainer's flag would mean bf16) the loss
+    of step 3 is infinite: the GradScaler skips that optimizer step (no step hook runs), and the
+    iteration still ends where the step would have, counted as skipped. The score is the loss
+    itself, not the scaled one the scaler hands to backward."""
+    from pytorch_lightning.plugins.precision import MixedPrecision
+
+    scaled = precision == "16-mixed"
+    inf_at = {2} if scaled else set()
+    if manual:
+        module = Manual(clock, inf_at=inf_at)
+    else:
+        class Automatic(Costly):
+            losses: list[float] = []
+
+            def training_step(self, batch, batch_idx):
+                loss = super().training_step(batch, batch_idx) * (float("inf") if batch_idx in inf_at else 1.0)
+                self.losses.append(float(loss))
+                return loss
+
+        module = Automatic(clock)
+    callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False, report_score=True)
+    how = {"plugins": [MixedPrecision("16-mixed", "cpu")]} if scaled else {"precision": precision}
+    trainer = pl.Trainer(callbacks=[callback], logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, default_root_dir=tmp_path, accelerator="cpu", devices=1,
+                         max_epochs=1, **how)
+    trainer.fit(module, torch.utils.data.DataLoader(ClockedData(clock, LOAD, 8), batch_size=None))
+    assert str(trainer.precision) == precision
+    records = list(callback.history)
+    assert [split(r) for r in records] == [(5.0, 7.0, 0.0, 12.0)] * 2
+    assert [r.optimizer_steps for r in records] == [4, 4]
+    assert [r.skipped_steps for r in records] == ([1, 0] if scaled else [0, 0])
+    assert [r.score for r in records] == pytest.approx([module.losses[3], module.losses[7]], rel=1e-3)
+
+
+def test_an_optimizer_whose_step_calls_its_base_classs_step_ends_the_iteration_once_at_the_outer_end(
+        tmp_path, clock):
+    """torch runs the step hooks once per class level; the iteration ends after the outer step, so
+    the 2 ms it spends after its base class's step are compute, not other time."""
+
+    class Outer(torch.optim.SGD):
+        def step(self, closure=None):
+            out = super().step(closure)
+            clock.advance(0.002)
+            return out
+
+    class Module(Costly):
+        def configure_optimizers(self):
+            return Outer(self.parameters(), lr=0.1)
+
+    work = Spends(clock, "on_train_batch_end", 0.003)
+    callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
+    trainer = pl.Trainer(callbacks=[work, callback], logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path,
+                         accelerator="cpu", devices=1, max_epochs=1)
+    trainer.fit(Module(clock), torch.utils.data.DataLoader(ClockedData(clock, LOAD, 8), batch_size=None))
+    records = list(callback.history)
+    assert [split(r) for r in records] == [(5.0, 9.0, 2.25, 16.25), (5.0, 9.0, 3.0, 17.0)]
+    assert [r.optimizer_steps for r in records] == [4, 4]

@@ -614,7 +614,7 @@ def test_an_optimizer_whose_step_calls_its_base_ends_the_iteration_after_its_own
             clock.advance(0.002)  # its own work after the base step
             return out
 
-    from trainperf.torch._attach import _hooked_step_levels
+    from trainperf.torch._registry import hooked_step_levels as _hooked_step_levels
 
     torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1)  # torch wraps SGD.step once an SGD is built
     model = CostlyNet(clock, 0.005)

@@ -149,7 +149,11 @@ def test_a_resumed_run_counts_its_iterations_on_from_the_trainers_global_step(tm
     assert resumed[0].warmup  # the first window of this process all the same
 
 
-def _trainperf_hooks_left() -> list[str]:
+def _writers() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "trainperf-writer" and t.is_alive()}
+
+
+def _trainperf_hooks_left(writers_before: tuple[threading.Thread, ...] | set[threading.Thread] = ()) -> list[str]:
     from torch.optim.optimizer import _global_optimizer_post_hooks
 
     from trainperf.torch import _loop_hooks
@@ -161,7 +165,7 @@ def _trainperf_hooks_left() -> list[str]:
     hooks = _global_optimizer_post_hooks.values()
     if any(isinstance(getattr(h, "__self__", None), PerformanceCallback) for h in hooks):
         left.append("optimizer step hook")
-    if any(t.name == "trainperf-writer" and t.is_alive() for t in threading.enumerate()):
+    if _writers() - set(writers_before):  # a writer started here (other tests' listeners may still be closing)
         left.append("writer thread")
     return left
 
@@ -178,6 +182,7 @@ class Fails(TrainerCallback):
 @pytest.mark.parametrize("error", [RuntimeError("broken"), KeyboardInterrupt()])
 def test_a_train_that_fails_leaves_nothing_behind_and_reports_what_it_did(tmp_path, error):
     memory = MemorySink()
+    writers = _writers()
     callback = PerformanceCallback(2, sinks=[memory], report_hardware=False)  # the writer thread on
     trainer = Trainer(model=tiny_model(), args=arguments(tmp_path), train_dataset=Padded(200),
                       callbacks=[Fails(error), callback])
@@ -185,7 +190,7 @@ def test_a_train_that_fails_leaves_nothing_behind_and_reports_what_it_did(tmp_pa
         warnings.simplefilter("ignore")
         trainer.train()
     assert callback.listener.closed
-    assert _trainperf_hooks_left() == []
+    assert _trainperf_hooks_left(writers) == []
     assert not {"get_batch_samples", "evaluate", "_save_checkpoint"} & set(vars(trainer))
     assert "gather" not in vars(trainer.accelerator)
     assert [r.iteration for r in memory.records] == [2, 3]  # the step before the failure, flushed

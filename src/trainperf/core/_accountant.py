@@ -12,7 +12,9 @@ listener's, which stands still while trainperf works):
   wait**, never host work;
 * :meth:`StepAccountant.span`: seconds of evaluation or checkpointing between steps: **other host
   time**, and also its own figure (``eval_ms``, ``checkpoint_ms``);
-* :meth:`StepAccountant.end`: the optimizer step ended; the iteration is handed to the listener.
+* :meth:`StepAccountant.end`: the optimizer step ended; the iteration is handed to the listener;
+  :meth:`StepAccountant.end_gap` instead, when no loader delivered its batches (the data wait is
+  then the gap before the step's first sign).
 
 The iteration runs from the previous step's end (its *boundary*) to this one's. Its parts add up:
 data wait (every fetch of the iteration, micro-batches after the first included), other host time
@@ -59,7 +61,7 @@ class StepAccountant:
     """
 
     __slots__ = ("_record", "_add_time", "_add_wait", "boundary", "began", "etl", "_etl_before", "_wait",
-                 "_wait_before", "samples", "batches", "tokens", "steps", "skipped")
+                 "_wait_before", "_span_before", "_span_within", "samples", "batches", "tokens", "steps", "skipped")
 
     def __init__(self, record: Record, *, at: float = 0.0, add_time: Callable[[str, float], None] | None = None,
                  add_wait: Callable[[float], None] | None = None) -> None:
@@ -74,11 +76,14 @@ class StepAccountant:
         self._clear()
 
     def _clear(self) -> None:
+        # :meth:`end` and :meth:`end_gap` reset the same fields inline (one call less per step)
         self.began: float | None = None  # the first sign of the step's own work
         self.etl = 0.0
         self._etl_before = 0.0  # data wait before that sign (inside the gap, so not host work)
         self._wait = 0.0
         self._wait_before = 0.0
+        self._span_before = 0.0  # spans before that sign: other host time, also inside a gap
+        self._span_within = 0.0  # spans after it, moved out of the step into other host time
         self.samples: int | None = 0
         self.batches = 0
         self.tokens: int | None = 0
@@ -118,11 +123,19 @@ class StepAccountant:
         if self.began is None:
             self._wait_before += seconds
 
-    def span(self, kind: str, seconds: float) -> None:
+    def span(self, kind: str, seconds: float, *, within: bool = False) -> None:
         """``seconds`` of ``kind`` (``"eval"``, ``"checkpoint"``) between steps: other host time, and
-        reported as its own figure (``<kind>_ms``, the mean per iteration of the window)."""
-        if self._add_time is not None and seconds > 0.0:
+        reported as its own figure (``<kind>_ms``, the mean per iteration of the window).
+        ``within``: the span fell after the iteration's first sign (a checkpoint saved after the
+        batch was fetched): it is taken out of the step's time and counted as other host time."""
+        if not seconds > 0.0:
+            return
+        if self._add_time is not None:
             self._add_time(kind, seconds)
+        if within:
+            self._span_within += seconds
+        elif self.began is None:
+            self._span_before += seconds
 
     def step(self, skipped: bool = False) -> None:
         """An optimizer step of the iteration happened (``skipped``: a scaler skipped it). Several
@@ -139,6 +152,11 @@ class StepAccountant:
         other = began - self.boundary - self._etl_before - self._wait_before
         if other < 0.0:
             other = 0.0
+        within = self._span_within
+        if within:  # out of the step, never more than the step had
+            room = at - began - (self.etl - self._etl_before)
+            if room > 0.0:
+                other += within if within < room else room
         wait = self._wait
         if wait and self._add_wait is not None:
             self._add_wait(wait)
@@ -149,5 +167,39 @@ class StepAccountant:
         tokens = self.tokens if known else None
         etl, skipped = self.etl, self.skipped
         self.boundary = at
-        self._clear()
+        self.began = None  # as _clear()
+        self.etl = self._etl_before = self._wait = self._wait_before = self._span_before = self._span_within = 0.0
+        self.samples = self.tokens = self.batches = self.steps = self.skipped = 0
         self._record(at, samples, count, etl, None, other, steps, skipped, tokens)
+
+    def end_gap(self, at: float, *, samples: int | None, batches: int, data: float | None = None) -> None:
+        """Like :meth:`end`, for an iteration whose batches no loader delivered (a plain iterable):
+        its data wait is the gap from the boundary to its first sign (the listener's ``started=``,
+        ``etl_source == "gap"``), less the spans in that gap, which are other host time. ``data``:
+        the seconds of the gap timed inside the loop's iterable; then that much of the gap (with the
+        fetches' own) is the data wait and the rest other host time. ``samples`` and ``batches``
+        are the caller's (counted from forward passes); no tokens are known. Without a first sign
+        (a forward that was not seen) the fetches' wait alone is the data wait, the rest the step."""
+        began = self.began
+        etl, other, started = self.etl, 0.0, None
+        if began is not None:
+            spans = self._span_before
+            if data is None:
+                started, other = began - spans, spans
+            else:
+                gap = began - self.boundary
+                if gap < 0.0:
+                    gap = 0.0
+                etl = min(gap - spans if gap > spans else 0.0, etl + data)
+                other = gap - etl
+        within = self._span_within
+        if within:
+            room = at - (began if began is not None else self.boundary)
+            if room > 0.0:
+                other += within if within < room else room
+        steps, skipped = self.steps or 1, self.skipped
+        self.boundary = at
+        self.began = None  # as _clear()
+        self.etl = self._etl_before = self._wait = self._wait_before = self._span_before = self._span_within = 0.0
+        self.samples = self.tokens = self.batches = self.steps = self.skipped = 0
+        self._record(at, samples, batches, etl, started, other, steps, skipped, None)

@@ -16,21 +16,11 @@ __all__ = ["SCHEMA_VERSION", "DeviceTimeline", "GCStat", "PerformanceRecord", "R
 from ._advice import CUDA_FIXES as CUDA_FIXES
 from ._advice import DEFAULT_FIXES as DEFAULT_FIXES
 from ._advice import dataloader_tips as dataloader_tips
-from ._format import (
-    DL4J_FIELDS as DL4J_FIELDS,
-)
-from ._format import (
-    TRAINPERF_FIELDS as TRAINPERF_FIELDS,
-)
-from ._format import (
-    LineField as LineField,
-)
-from ._format import (
-    counted as counted,
-)
-from ._format import (
-    format_line as format_line,
-)
+from ._format import DL4J_FIELDS as DL4J_FIELDS
+from ._format import TRAINPERF_FIELDS as TRAINPERF_FIELDS
+from ._format import LineField as LineField
+from ._format import counted as counted
+from ._format import format_line as format_line
 from ._json import json_line as json_line
 from ._json import strict as strict
 from ._peaks import Peak as Peak
@@ -43,42 +33,16 @@ from ._summary import build_summary as build_summary
 from ._timeline import DeviceWindow as DeviceWindow
 from ._timeline import device_window as device_window
 from ._timeline import speedup as speedup
-from ._verdict import (
-    GC_BOUND_SHARE as GC_BOUND_SHARE,
-)
-from ._verdict import (
-    INPUT_BOUND_SHARE as INPUT_BOUND_SHARE,
-)
-from ._verdict import (
-    LOOP_BOUND_SHARE as LOOP_BOUND_SHARE,
-)
-from ._verdict import (
-    CpuLoad as CpuLoad,
-)
-from ._verdict import (
-    Thresholds as Thresholds,
-)
-from ._verdict import (
-    judge as judge,
-)
-from ._verdict import (
-    judge_device as judge_device,
-)
-from ._verdict import (
-    persists as persists,
-)
-from ._window import (
-    WindowEntry as WindowEntry,
-)
-from ._window import (
-    WindowFigures as WindowFigures,
-)
-from ._window import (
-    percentile as percentile,
-)
-from ._window import (
-    safe_rate as safe_rate,
-)
-from ._window import (
-    window_figures as window_figures,
-)
+from ._verdict import GC_BOUND_SHARE as GC_BOUND_SHARE
+from ._verdict import INPUT_BOUND_SHARE as INPUT_BOUND_SHARE
+from ._verdict import LOOP_BOUND_SHARE as LOOP_BOUND_SHARE
+from ._verdict import CpuLoad as CpuLoad
+from ._verdict import Thresholds as Thresholds
+from ._verdict import judge as judge
+from ._verdict import judge_device as judge_device
+from ._verdict import persists as persists
+from ._window import WindowEntry as WindowEntry
+from ._window import WindowFigures as WindowFigures
+from ._window import percentile as percentile
+from ._window import safe_rate as safe_rate
+from ._window import window_figures as window_figures

@@ -6,8 +6,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from torch import Tensor
 
-__all__ = ["batch_size", "batch_tokens", "map_tensors"]
+__all__ = ["batch_size", "batch_tokens", "map_tensors", "pair_size"]
 
 
 def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
@@ -130,3 +131,19 @@ def _agreed(sizes: list[int | None]) -> int | None:
     """The size every known one agrees on; ``None`` when none is known or two disagree."""
     known = {size for size in sizes if size is not None}
     return known.pop() if len(known) == 1 else None
+
+
+def pair_size(batch: Any) -> int | None:
+    """The rows of a tensor, or of an ``(inputs, targets)`` pair of tensors whose rows agree;
+    ``None`` for anything else (then :func:`batch_size` decides)."""
+    kind = type(batch)
+    if kind is Tensor:
+        shape = batch.shape
+        return shape[0] if shape else None
+    if (kind is tuple or kind is list) and len(batch) == 2:
+        a, b = batch
+        if type(a) is Tensor and type(b) is Tensor:
+            sa, sb = a.shape, b.shape
+            if sa and sb and sa[0] == sb[0]:
+                return int(sa[0])
+    return None

@@ -33,9 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core import PerformanceListener
-from ..ranks import (
-    RunDirSink,
-)
+from ..ranks import RunDirSink
 from ..records import PerformanceRecord
 from ._cluster_roles import Leader, Member
 

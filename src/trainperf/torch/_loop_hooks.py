@@ -7,6 +7,8 @@ Installed once, when the first model is listened to, and removed with the last o
   batch it delivered, so every micro-batch's load counts in the step that consumes it;
 * ``torch.amp.GradScaler.update`` tells the attachments that an optimizer step happened even when
   the scaler skipped ``optimizer.step()`` for inf/NaN gradients.
+* a fetch (or ``iter()``) on the training thread with autograd off is an evaluation loader's: an
+  observer with an ``on_eval_fetch(started)`` method is told where it started.
 
 Only fetches on the thread that trains the model count, so a background prefetch thread that
 iterates a DataLoader does not. A loader wrapped in :func:`trainperf.torch.timed` is timed there
@@ -84,10 +86,22 @@ def _listening() -> list[LoopObserver]:
     return [o for o in _live() if is_grad_enabled() and get_ident() == o.thread]
 
 
+def _evaluating() -> None:
+    """A fetch with autograd off began: tell the observers of this thread that look for evaluation."""
+    thread = get_ident()
+    for observer in _live():
+        if observer.thread == thread:
+            on_eval = getattr(observer, "on_eval_fetch", None)
+            if on_eval is not None:
+                on_eval(observer.clock())
+
+
 def _timed_next(self: Any) -> Any:
     if len(_observers) == 1 and not _suppressed:  # the common case, kept short: one listened model
         observer = _observers[0]()
         if observer is None or not (is_grad_enabled() and get_ident() == observer.thread):  # as _listening
+            if observer is not None and not is_grad_enabled():
+                _evaluating()
             return _next(self)
         clock = observer.clock
         started = clock()
@@ -100,6 +114,8 @@ def _timed_next(self: Any) -> Any:
         return batch
     observers = _listening()
     if not observers:
+        if not _suppressed and not is_grad_enabled():
+            _evaluating()
         return _next(self)
     starts = [observer.clock() for observer in observers]
     try:
@@ -120,6 +136,8 @@ def _tell(observers: list[LoopObserver], starts: list[float], batch: Any) -> Non
 def _timed_iter(self: Any) -> Any:
     observers = _listening()
     if not observers:
+        if not _suppressed and not is_grad_enabled():
+            _evaluating()
         return _originals["iter"](self)
     starts = [observer.clock() for observer in observers]
     iterator = _originals["iter"](self)

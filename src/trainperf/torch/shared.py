@@ -20,10 +20,11 @@ from ._collective import CollectiveTimer, find_ddp
 from ._cuda import AllocatorCounters, CudaTimeline, alloc_retries_reader, memory_probe
 from ._flops import StepFlopCounter, step_format
 from ._nvml import nvml_probe
+from ._registry import hooked_step_levels
 from ._tap import tap_of, untap
 
 __all__ = [
-    "CollectiveTimer", "StepFlopCounter", "loop_hooks", "step_format",
+    "CollectiveTimer", "StepFlopCounter", "hooked_step_levels", "loop_hooks", "step_format",
     "batch_size", "join_cluster", "token_counter", "loader_advisor", "on_cuda_of", "process_rank", "time_collectives",
     "use_model_device", "worker_pids",
 ]
