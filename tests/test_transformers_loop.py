@@ -201,7 +201,7 @@ def test_a_train_that_fails_leaves_nothing_behind_and_reports_what_it_did(tmp_pa
     assert [r.iteration for r in callback.listener.history] == [2, 4, 6, 8]
     callback.close()
     assert "_inner_training_loop" not in vars(trainer)
-    assert _trainperf_hooks_left() == []
+    assert _trainperf_hooks_left(writers) == []
 
 
 def _listener_after(tmp_path, **kw):  # type: ignore[no-untyped-def]

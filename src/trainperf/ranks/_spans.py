@@ -1,4 +1,4 @@
-"""The listener's link to a run directory: its sink, and each window's timeline rows on wall time."""
+"""The listener's link to a run directory: its sink, and each window's span rows on wall time."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from ._sink import RunDirSink
 __all__: list[str] = []
 
 #: ``(iteration, start_wall_s, etl_s, compute_s, other_s)``: what :meth:`trainperf.RunDirSink.timeline` takes.
-TimelineRow = tuple[int, float, float, float, float]
+SpanRow = tuple[int, float, float, float, float]
 
 
 def span_rows(
     start: float, entries: Sequence[WindowEntry], last_iteration: int, wall_offset: float
-) -> list[TimelineRow]:
+) -> list[SpanRow]:
     """One row per iteration of a window.
 
     Args:
@@ -29,7 +29,7 @@ def span_rows(
         last_iteration: the (1-based) number of the window's last iteration.
         wall_offset: seconds to add to the listener's clock to get wall time.
     """
-    rows: list[TimelineRow] = []
+    rows: list[SpanRow] = []
     prev = start
     first = last_iteration - len(entries) + 1
     for k, (end, etl, started, _samples, _batches, other, _steps, _skipped) in enumerate(entries):
@@ -89,7 +89,7 @@ class RunDirLink:
     def spans_task(
         self, start: float, window: Sequence[WindowEntry], last_iteration: int, shift: float
     ) -> Callable[[], None]:
-        """What writes a reported window's iterations to the run directory's bounded timeline, run
+        """What writes a reported window's iterations to the run directory's bounded span file, run
         where the sinks run (after the window's record); a failure warns and training goes on.
 
         Args:
@@ -108,6 +108,6 @@ class RunDirLink:
             return
         try:
             sink.spans(span_rows(start, window, last_iteration, wall_offset))
-        except Exception as exc:  # noqa: BLE001 - the timeline must never stop training
-            warnings.warn(f"trainperf could not write the timeline of {describe(sink)}: {describe(exc)}", SinkError,
+        except Exception as exc:  # noqa: BLE001 - the span file must never stop training
+            warnings.warn(f"trainperf could not write the spans of {describe(sink)}: {describe(exc)}", SinkError,
                           stacklevel=3)
