@@ -76,7 +76,6 @@ class StepAccountant:
         self._clear()
 
     def _clear(self) -> None:
-        # :meth:`end` and :meth:`end_gap` reset the same fields inline (one call less per step)
         self.began: float | None = None  # the first sign of the step's own work
         self.etl = 0.0
         self._etl_before = 0.0  # data wait before that sign (inside the gap, so not host work)
@@ -167,9 +166,7 @@ class StepAccountant:
         tokens = self.tokens if known else None
         etl, skipped = self.etl, self.skipped
         self.boundary = at
-        self.began = None  # as _clear()
-        self.etl = self._etl_before = self._wait = self._wait_before = self._span_before = self._span_within = 0.0
-        self.samples = self.tokens = self.batches = self.steps = self.skipped = 0
+        self._clear()
         self._record(at, samples, count, etl, None, other, steps, skipped, tokens)
 
     def end_gap(self, at: float, *, samples: int | None, batches: int, data: float | None = None) -> None:
@@ -199,7 +196,5 @@ class StepAccountant:
                 other += within if within < room else room
         steps, skipped = self.steps or 1, self.skipped
         self.boundary = at
-        self.began = None  # as _clear()
-        self.etl = self._etl_before = self._wait = self._wait_before = self._span_before = self._span_within = 0.0
-        self.samples = self.tokens = self.batches = self.steps = self.skipped = 0
+        self._clear()
         self._record(at, samples, batches, etl, started, other, steps, skipped, None)
