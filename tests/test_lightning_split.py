@@ -333,7 +333,7 @@ def test_time_in_lightnings_own_collective_between_steps_is_a_wait_not_other_tim
     callback._account.end(clock.now + 0.005)
     assert waits == [pytest.approx(0.008, abs=1e-12)] and len(calls) == 2
     assert recorded[0][5] == pytest.approx(0.003, abs=1e-12)  # other: 0.001 -> 0.012, less the 8 ms
-    callback._unwrap()
+    callback._setup.undo()  # the wrappers undone (and the listener closed)
     assert "_broadcast_sigterm_tensor" not in vars(loop)
     callback.listener.close()
 

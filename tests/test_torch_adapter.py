@@ -636,12 +636,12 @@ def test_an_optimizer_whose_step_calls_its_base_ends_the_iteration_after_its_own
 @pytest.mark.parametrize("joined", [True, False])
 def test_a_rank_that_joins_its_cluster_times_collectives_and_its_iterable_and_one_that_does_not_neither(
         monkeypatch, joined):
-    from trainperf.torch import _attach
+    from trainperf.torch import _attach, _setup
 
     calls = []
     monkeypatch.setattr(_attach, "process_rank", lambda: 1)
-    monkeypatch.setattr(_attach, "join_cluster", lambda listener: joined)
-    monkeypatch.setattr(_attach, "time_collectives", lambda *args: calls.append(args))
+    monkeypatch.setattr(_setup, "join_cluster", lambda listener: joined)
+    monkeypatch.setattr(_setup, "time_collectives", lambda *args: calls.append(args))
     model = Net()
     lst = listener(1)
     handle = attach(model, lst)
@@ -649,7 +649,7 @@ def test_a_rank_that_joins_its_cluster_times_collectives_and_its_iterable_and_on
     for _ in range(2):
         sgd_step(model, opt, torch.ones(8, 4))
     assert lst.rank == 1
-    assert calls == ([(lst, model)] if joined else [])
+    assert calls == ([(lst, model, None)] if joined else [])  # no DDP given: found from the forward
     assert (handle._gap is not None) is joined and handle._collective_pending is False
     handle.detach()
 

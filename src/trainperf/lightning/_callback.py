@@ -33,14 +33,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
-
 from ..core import RunListeners, StepAccountant, check_options, fetch_wait
 from ..records import DeviceTimeline
 from ..sinks import LoggerSink
 from ..torch import shared
-from ..torch.shared import StepFlopCounter, loop_hooks
+from ..torch.shared import StepFlopCounter, TrainingSetup
 from ._compat import callback_base
 from ._trainer import ddp_of, lightning_flops, number_format, samples_reader
 
@@ -113,17 +110,14 @@ class PerformanceCallback(_CallbackBase):
         self._flop_counter: StepFlopCounter | None = None
         self._step_at_begin = 0  # trainer.global_step when the iteration began
         self._manual = False
-        self._optimizers: tuple[torch.optim.Optimizer, ...] = ()
-        self._depth = 0  # inside a step whose class calls its base class's step (hooked twice)
         self._stepped = False  # an optimizer step was seen since the scaler's last update
         self._samples_of: Callable[[Any], int | None] = shared.batch_size
         self._fetch_started: float | None = None  # inside the fetcher's timed next()
         self._first_fetch: float | None = None  # when the first fetch began (read when training starts)
         self._eval_started: float | None = None
-        self._worker_pids: frozenset[int] = frozenset()
         self.thread = threading.get_ident()  # the loader hooks count fetches on this thread only
         self.clock: Callable[[], float] = self._clock
-        self._undo: list[Callable[[], None]] = []  # what teardown undoes, newest last
+        self._setup = TrainingSetup(listener, close=True)  # what teardown undoes
         self._timeline: DeviceTimeline | None = None
         self._collective: Any = None  # a distributed run's forward and collective timing
 
@@ -140,38 +134,29 @@ class PerformanceCallback(_CallbackBase):
         # Lightning creates the first epoch's iterator (and, for a loader without a length, fetches
         # its first batch) before ``on_train_start``: the loader hooks time them from here on (on this
         # thread, with the listener's clock, as ``_reset_state`` set them), and the first window
-        # starts where they began.
-        loop_hooks.register(self)
-        self._undo.append(lambda: loop_hooks.unregister(self))
+        # starts where they began. The advice is read off the trainer's training loader when asked.
+        self._setup.watch_loader(self, lambda: getattr(trainer, "train_dataloader", None))
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        listener = self.listener
+        listener, setup = self.listener, self._setup
         device = getattr(pl_module, "device", None)
-        if device is not None:
-            shared.use_model_device(listener, device, self._timeline_factory)
+        self._flop_counter = setup.use_device(device, self._timeline_factory, number_format(trainer, pl_module, device),
+                                              lightning_flops(trainer, pl_module))
         self._timeline = listener.timeline
-        if getattr(trainer, "world_size", 1) > 1:
-            listener.set_rank(trainer.global_rank)
-            if shared.join_cluster(listener):  # a no-op without an initialised process group
-                self._collective = shared.time_collectives(listener, pl_module, ddp_of(trainer))
-                self._wrap_loop_collective(trainer)
+        # a no-op without an initialised process group
+        if getattr(trainer, "world_size", 1) > 1 and setup.join(trainer.global_rank, pl_module, ddp_of(trainer)):
+            self._collective = setup.collective
+            self._wrap_loop_collective(trainer)
         # Manual optimization may step several optimizers per batch (a GAN): an iteration is a batch
         self._manual = not getattr(pl_module, "automatic_optimization", True)
         self._scaler = getattr(getattr(trainer, "precision_plugin", None), "scaler", None)
         self._samples_of = samples_reader(getattr(trainer.fit_loop, "_combined_loader", None))
-        self._hook_steps(trainer)
+        # iterations end in torch's optimizer step post-hook, for the trainer's optimizers
+        setup.hook_steps(getattr(trainer, "optimizers", None) or (), self._manual_step if self._manual else self._end)
         if self._manual:
-            self._wrap(pl_module, "training_step", self._ending_training_step)
-        self._wrap(trainer, "save_checkpoint", self._timed_save)
+            setup.wrap(pl_module, "training_step", self._ending_training_step)
+        setup.wrap(trainer, "save_checkpoint", self._timed_save)
         self._wrap_fetch(trainer)
-        self._flop_counter = StepFlopCounter(listener, device, number_format(trainer, pl_module, device),
-                                             lightning_flops(trainer, pl_module))
-        on_cuda, advisor = shared.on_cuda_of(listener), shared.loader_advisor
-        listener.add_advisor(lambda kind: advisor(getattr(trainer, "train_dataloader", None), on_cuda)(kind))
-        listener.set_loader_workers(lambda: self._worker_pids)
-        listener.set_etl_source("loader")
-        if device is not None and getattr(device, "type", None) == "cpu":
-            listener.set_step_threads(torch.get_num_threads())
         listener.start(at=self._first_fetch)
         # a fetch before now (the first epoch's iterator) is the first iteration's data wait
         self._account.boundary = self._clock() if self._first_fetch is None else self._first_fetch
@@ -200,25 +185,15 @@ class PerformanceCallback(_CallbackBase):
             scale = getattr(self._scaler, "_scale", None)  # 16-mixed hands over the scaled loss
             self.listener.set_score(loss if scale is None else loss / scale)
 
-    def _on_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        """torch's optimizer step post-hook: one of the trainer's optimizers finished a step."""
-        if optimizer not in self._optimizers:
-            return
-        if self._depth:  # an optimizer whose step() calls its base's: only the outer call counts
-            self._depth -= 1
-            if self._depth:
-                return
+    def _manual_step(self) -> None:
+        """With manual optimization, one of the trainer's optimizers finished a step (with automatic
+        optimization, that step ends the iteration: :meth:`_end`)."""
         self._stepped = True
-        if self._manual:
-            self._account.step()
-        else:  # one step: the accountant's count when none was told
-            self._end()
-
-    def _on_nested_step_start(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._depth += 1
+        self._account.step()
 
     def on_scaler_update(self) -> None:
         """A ``GradScaler`` finished a step: with no optimizer step seen, the scaler skipped it."""
+        # (with automatic optimization, a step seen ended the iteration already)
         if not self._stepped and self._account.began is not None:
             self._account.step(skipped=True)
             if not self._manual:
@@ -268,7 +243,7 @@ class PerformanceCallback(_CallbackBase):
         self._account.fetch(fetch_wait(self.listener.gc_pauses, started, ended), batch=False)
 
     def on_loader(self, loader: Any, iterator: Any) -> None:
-        self._worker_pids = shared.worker_pids(iterator)
+        self._setup.use_loader(None, iterator)
 
     # -- evaluation and checkpoints: other host time, and figures of their own -------------
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
@@ -290,31 +265,7 @@ class PerformanceCallback(_CallbackBase):
 
         return save_checkpoint
 
-    # -- hooks and wrappers, each undone at teardown ----------------------------------------
-    def _wrap(self, owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-        """Replace ``owner.name`` on the instance with ``make(owner.name)``, until teardown."""
-        attributes = owner.__dict__
-        missing = object()
-        before = attributes.get(name, missing)
-        attributes[name] = make(getattr(owner, name))
-
-        def undo() -> None:
-            if before is missing:
-                attributes.pop(name, None)
-            else:
-                attributes[name] = before
-
-        self._undo.append(undo)
-
-    def _hook_steps(self, trainer: Any) -> None:
-        """End iterations in torch's optimizer step post-hook, for the trainer's optimizers."""
-        self._optimizers = tuple(getattr(trainer, "optimizers", None) or ())
-        handles = [register_optimizer_step_post_hook(self._on_step)]
-        for optimizer in self._optimizers:
-            if shared.hooked_step_levels(optimizer) > 1:  # seen first in the innermost post-hook
-                handles.append(optimizer.register_step_pre_hook(self._on_nested_step_start))
-        self._undo.extend(handle.remove for handle in handles)
-
+    # -- wrappers, each undone at teardown ------------------------------------------------
     def _wrap_fetch(self, trainer: Any) -> None:
         """Time the training fetcher's ``next()``: at each epoch's start, Lightning's training epoch loop
         hands its ``_on_before_fetch`` / ``_on_after_fetch`` to the fetcher as profiler callables; wrapped
@@ -337,16 +288,14 @@ class PerformanceCallback(_CallbackBase):
                 inner()
             return ended
 
-        self._wrap(epoch_loop, "_on_before_fetch", before)
-        self._wrap(epoch_loop, "_on_after_fetch", after)
+        self._setup.wrap(epoch_loop, "_on_before_fetch", before)
+        self._setup.wrap(epoch_loop, "_on_after_fetch", after)
 
     def _wrap_loop_collective(self, trainer: Any) -> None:
         """Time the collective Lightning's training loop runs between steps (a broadcast of whether
         rank 0 got SIGTERM, Lightning 2.5 and later): the ranks that wait there for a late rank 0
         are waiting, not doing host work."""
         epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
-        if getattr(epoch_loop, "_broadcast_sigterm_tensor", None) is None:
-            return
         clock = self._clock
 
         def timed(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -359,26 +308,16 @@ class PerformanceCallback(_CallbackBase):
 
             return broadcast
 
-        self._wrap(epoch_loop, "_broadcast_sigterm_tensor", timed)
-
-    def _unwrap(self) -> None:
-        undo, self._undo = self._undo, []
-        self._optimizers = ()
-        for step in reversed(undo):
-            step()
+        self._setup.wrap(epoch_loop, "_broadcast_sigterm_tensor", timed)
 
     # -- teardown -------------------------------------------------------------------------
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self.listener.flush()
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage != "fit":
-            return
-        if self._flop_counter is not None:
-            self._flop_counter.abandon()
+        if stage == "fit":  # the FLOP counter left, hooks and wrappers removed, the listener closed
             self._flop_counter = None
-        self._unwrap()
-        self.listener.close()
+            self._setup.undo()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """A fit that fails does not reach ``teardown``: undo everything here (the iterations before

@@ -40,15 +40,14 @@ from torch import Tensor, is_grad_enabled
 from ..core import PerformanceListener, StepAccountant, fetch_wait
 from ..records import DeviceTimeline
 from . import _checkpoint as checkpoints
-from . import _loop_hooks as loop_hooks
-from ._advice import loader_advisor, on_cuda_of, worker_pids
 from ._batch import batch_size, pair_size
 from ._collective import CollectiveTimer
 from ._flops import StepFlopCounter, format_in_use
 from ._gap import GapSplitter
 from ._registry import link_peers, owns, register_step_hook, tell_peers, unlink_peers
+from ._setup import TrainingSetup
 from ._tap import attachments_of, tap_of, untap
-from .shared import join_cluster, process_rank, time_collectives, token_counter, use_model_device
+from .shared import process_rank, token_counter
 
 __all__ = ["Attachment", "attach", "detach"]
 
@@ -110,21 +109,23 @@ class Attachment:
         # Which optimizers train this model, weakly keyed: an optimizer outlives many attachments.
         self._owned: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
         self._last_owned: torch.optim.Optimizer | None = None  # the one optimizer checked by identity
-        tap_of(model).callbacks.append(self._on_forward)
-        self._step_handle = register_step_hook(self)
-        loop_hooks.register(self)
-        checkpoints.register(self)
         self._detached = False
+        setup = self._setup = TrainingSetup(listener)  # what detach() undoes
+        tap_of(model).callbacks.append(self._on_forward)
+        setup.defer(lambda: untap(model, self._on_forward))
+        setup.defer(register_step_hook(self).remove)
+        setup.defer(self._forget_optimizers)
+        setup.watch_loader(self)  # the advice and workers of the loader iterated (on_loader)
+        checkpoints.register(self)
+        setup.defer(lambda: checkpoints.unregister(self))
         link_peers(self)
-        listener.on_close(self.detach)
+        setup.defer(lambda: unlink_peers(self))
         attachments_of(model, create=True).append(self)
-        self._advisor: Callable[[str], list[str]] | None = None  # for the training loader, once iter() was seen
-        self._worker_pids: frozenset[int] = frozenset()
-        listener.add_advisor(self._advise)
-        listener.set_loader_workers(lambda: self._worker_pids)
+        setup.defer(self._leave_model)
+        listener.on_close(self.detach)
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             # timed from now: a comm hook registered after attach() runs inside the timing one
-            self._collective = time_collectives(listener, model, model)
+            self._collective = setup.time_collectives(model, model)
 
     # hot path ---------------------------------------------------------------
     def _on_forward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -148,7 +149,7 @@ class Attachment:
                     self._gap.learn_loop(sys._getframe(1))
             if self._collective_pending:  # the first training forward of a distributed run: DDP is on the stack
                 self._collective_pending = False
-                self._collective = time_collectives(self.listener, self.model)
+                self._collective = self._setup.time_collectives(self.model)
             account = self._account
             if self._timeline is not None and not account.batches:  # no loader seen: it starts here
                 self._timeline.begin()
@@ -233,11 +234,7 @@ class Attachment:
     def on_loader(self, loader: Any, iterator: Any) -> None:
         """The training loop started iterating ``loader`` (a DataLoader): its settings back the
         advice, and its worker processes are the ones whose CPU use counts."""
-        self._advisor = loader_advisor(loader, on_cuda_of(self.listener))
-        self._worker_pids = worker_pids(iterator)
-
-    def _advise(self, kind: str) -> list[str]:
-        return self._advisor(kind) if self._advisor is not None else []
+        self._setup.use_loader(loader, iterator)
 
     def _on_nested_step_start(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._step_depth += 1
@@ -311,22 +308,19 @@ class Attachment:
         """Training has started: set the listener up for the model's device and start its clock."""
         self._started = True
         self.thread = threading.get_ident()
+        setup = self._setup
         param = next(self.model.parameters(), None)
         if param is not None:
-            use_model_device(self.listener, param.device, self._timeline_factory)
-            self._flop_counter = StepFlopCounter(self.listener, param.device, None,
-                                                 format_now=lambda: format_in_use(param))
+            self._flop_counter = setup.use_device(param.device, self._timeline_factory,
+                                                  format_now=lambda: format_in_use(param))
         self._timeline = self.listener.timeline
         rank = process_rank()
         if rank is not None:
-            self.listener.set_rank(rank)
-            joined = join_cluster(self.listener)
+            joined = setup.join(rank)
             self._collective_pending = joined and self._collective is None
             if joined:
-                self._gap = GapSplitter(self.clock)
-        self.listener.set_etl_source("loader")
-        if param is not None and param.device.type == "cpu":
-            self.listener.set_step_threads(torch.get_num_threads())
+                gap = self._gap = GapSplitter(self.clock)
+                setup.defer(gap.close)
         boundary = self.clock() if at is None else at
         self._account.restart(boundary)
         self.listener.start(boundary)  # the first fetch, when one began training, is in the first window
@@ -341,24 +335,20 @@ class Attachment:
         if self._detached:
             return
         self._detached = True
-        if self._flop_counter is not None:
-            self._flop_counter.abandon()
-            self._flop_counter = None
-        if self._gap is not None:
-            self._gap.close()
-        untap(self.model, self._on_forward)
-        self._step_handle.remove()
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks = []
-        loop_hooks.unregister(self)
-        checkpoints.unregister(self)
-        unlink_peers(self)
-        self._last_owned = None
-        self._owned.clear()
+        self._flop_counter = None
+        self._setup.undo()  # the FLOP counter left, every hook removed
+
+    def _leave_model(self) -> None:
         attachments = attachments_of(self.model)
         if self in attachments:
             attachments.remove(self)
+
+    def _forget_optimizers(self) -> None:
+        for handle in self._hooks:  # the nested steps' pre-hooks
+            handle.remove()
+        self._hooks = []
+        self._last_owned = None
+        self._owned.clear()
 
     @property
     def detached(self) -> bool:

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
 from transformers import TrainerCallback
 
 from ..base import check_bool
@@ -35,18 +34,13 @@ from ..sinks import scalar_metrics
 from ..torch.shared import (
     CollectiveTimer,
     StepFlopCounter,
+    Teardown,
+    TrainingSetup,
     batch_size,
-    join_cluster,
-    loader_advisor,
-    loop_hooks,
-    on_cuda_of,
     step_format,
-    time_collectives,
     token_counter,
-    use_model_device,
-    worker_pids,
 )
-from ._trainer import Wrappers, find_trainer, wrap_steps, wrap_training_loop
+from ._trainer import find_trainer, wrap_steps, wrap_training_loop
 
 __all__ = ["PerformanceCallback"]
 
@@ -73,8 +67,7 @@ class PerformanceCallback(TrainerCallback):
         self.listener = self._runs.new()
         self._logged: PerformanceRecord | None = None
         self._trainer: Any = None
-        self._loop_wrapper = Wrappers()  # the training loop's, for as long as the callback lives
-        self._wrappers = Wrappers()  # one training's
+        self._loop_wrapper = Teardown()  # the training loop's, for as long as the callback lives
         self._reset()
 
     def _reset(self) -> None:
@@ -91,10 +84,7 @@ class PerformanceCallback(TrainerCallback):
         self._observing = False
         self._flops: StepFlopCounter | None = None
         self._collective: CollectiveTimer | None = None
-        self._optimizers: tuple[Any, ...] = ()
-        self._step_hook: Any = None
-        self._worker_pids: frozenset[int] = frozenset()
-        self._advisor: Callable[[str], list[str]] | None = None
+        self._setup = TrainingSetup(listener, close=True)  # one training's, undone with its end
 
     # -- set-up ----------------------------------------------------------------------------
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -122,28 +112,21 @@ class PerformanceCallback(TrainerCallback):
         if self.listener.closed:  # a second train()
             self.listener = self._runs.new()
         self._reset()
-        listener = self.listener
-        trainer = self._trainer
+        listener, setup, trainer = self.listener, self._setup, self._trainer
         device = _device_of(model)
-        if device is not None:
-            use_model_device(listener, device)
-        self._flops = StepFlopCounter(listener, device, _number_format(args, model, device))
+        self._flops = setup.use_device(device, None, _number_format(args, model, device))
         if getattr(args, "world_size", 1) > 1:
-            listener.set_rank(getattr(args, "process_index", None))
             ddp = getattr(trainer, "model_wrapped", None)
-            # a no-op without an initialised process group
-            if join_cluster(listener) and isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
-                self._collective = time_collectives(listener, model if model is not None else ddp.module, ddp)
-        base = getattr(train_dataloader, "base_dataloader", train_dataloader)  # accelerate's shard wraps it
-        self._advisor = loader_advisor(base, on_cuda_of(listener))
-        listener.add_advisor(self._advise)
-        listener.set_loader_workers(lambda: self._worker_pids)
-        listener.set_etl_source("loader")
-        self._optimizers = tuple(o for o in (optimizer, getattr(optimizer, "optimizer", None)) if o is not None)
-        self._step_hook = register_optimizer_step_post_hook(self._optimizer_stepped)
+            ddp = ddp if isinstance(ddp, torch.nn.parallel.DistributedDataParallel) else None
+            timed = None if ddp is None else model if model is not None else ddp.module  # DDP's collectives only
+            setup.join(getattr(args, "process_index", None), timed, ddp)  # a no-op without a process group
+            self._collective = setup.collective
+        setup.watch_loader(self)
+        setup.use_loader(getattr(train_dataloader, "base_dataloader", train_dataloader))  # accelerate's shard wraps it
+        # the step ends where the optimizer's step (or accelerate's wrapper's inner one) ends
+        setup.hook_steps((o for o in (optimizer, getattr(optimizer, "optimizer", None)) if o is not None), self._end)
         if trainer is not None:
-            wrap_steps(trainer, self, self._wrappers)
-        loop_hooks.register(self)
+            wrap_steps(trainer, self, setup)
         self._observing = True
         listener.start(iteration=getattr(state, "global_step", 0) or 0)  # a resumed run counts on
         self.account.restart(self.clock())
@@ -162,11 +145,7 @@ class PerformanceCallback(TrainerCallback):
 
     def on_loader(self, loader: Any, iterator: Any) -> None:
         if self._trainer is None or self.in_step_fetch:  # the training loader (accelerate starts it lazily)
-            self._advisor = loader_advisor(loader, on_cuda_of(self.listener))
-            self._worker_pids = worker_pids(iterator)
-
-    def _advise(self, kind: str) -> list[str]:
-        return self._advisor(kind) if self._advisor is not None else []
+            self._setup.use_loader(loader, iterator)
 
     def on_scaler_update(self) -> None:
         if self._observing and self.account.open:  # the step hook did not run: the scaler skipped the step
@@ -217,17 +196,15 @@ class PerformanceCallback(TrainerCallback):
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._micro += 1
 
-    def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.account.open and any(optimizer is ours for ours in self._optimizers):
-            self._end()
-
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._observing and self.account.open:  # no torch optimizer step seen (DeepSpeed, a skipped one)
             accelerator = getattr(self._trainer, "accelerator", None)
             self._end(skipped=bool(getattr(accelerator, "optimizer_step_was_skipped", False)))
 
     def _end(self, skipped: bool = False) -> None:
-        """The iteration's optimizer step ended now."""
+        """The iteration's optimizer step ended now (nothing when no step is open)."""
+        if not self.account.open:
+            return
         now = self.clock()
         if self._collective is not None:
             self._collective.on_step(now)
@@ -257,17 +234,9 @@ class PerformanceCallback(TrainerCallback):
 
     def _stop(self) -> None:
         """Undo one training's hooks and wrappers and close its listener (idempotent)."""
-        if self._step_hook is not None:
-            self._step_hook.remove()
-            self._step_hook = None
-        self._wrappers.undo()
-        if self._flops is not None:
-            self._flops.abandon()
-            self._flops = None
-        if self._observing:
-            loop_hooks.unregister(self)
-            self._observing = False
-        self.listener.close()
+        self._observing = False
+        self._flops = None
+        self._setup.undo()
 
     def close(self) -> None:
         """Close the listener, remove the loader hooks (a training that ended has done both), give the

@@ -16,7 +16,8 @@ A few things only the Trainer has are needed:
 
 The Trainer is found in one place, :func:`find_trainer`, up the call stack of the event that
 ``Trainer.__init__`` sends (or, for a callback added later, of ``on_train_begin``). Each wrapper is an
-attribute of that instance; :meth:`Wrappers.undo` gives the instance back what it had before.
+attribute of that instance; the :class:`~trainperf.torch.shared.Teardown` given to a ``wrap_*`` gives
+the instance back what it had before.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["Wrappers", "find_trainer", "wrap_steps", "wrap_training_loop"]
+from ..torch.shared import Teardown
+
+__all__ = ["find_trainer", "wrap_steps", "wrap_training_loop"]
 
 #: How far up the call stack the Trainer is looked for (its ``__init__`` or training loop, then the
 #: callback handler's ``call_event`` and the event method).
@@ -56,34 +59,7 @@ def find_trainer(frame: Any) -> Any:
     return None
 
 
-class Wrappers:
-    """Methods replaced on instances; :meth:`undo` restores each one that is still ours."""
-
-    def __init__(self) -> None:
-        self._done: list[tuple[Any, str, bool, Any, Any]] = []  # (owner, name, had its own, it, ours)
-
-    def wrap(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
-        """Replace ``owner.name`` with ``make(owner.name)`` (nothing when it has no such method)."""
-        if owner is None or not callable(getattr(owner, name, None)):
-            return
-        own = vars(owner)
-        had, before = name in own, own.get(name)
-        wrapper = make(getattr(owner, name))
-        setattr(owner, name, wrapper)
-        self._done.append((owner, name, had, before, wrapper))
-
-    def undo(self) -> None:
-        while self._done:
-            owner, name, had, before, wrapper = self._done.pop()
-            if vars(owner).get(name) is not wrapper:
-                continue  # wrapped again since: ours stays inside, and does nothing once the callback stops
-            if had:
-                setattr(owner, name, before)
-            else:
-                delattr(owner, name)
-
-
-def wrap_training_loop(trainer: Any, callback: Trainee, wrappers: Wrappers) -> None:
+def wrap_training_loop(trainer: Any, callback: Trainee, wrappers: Teardown) -> None:
     """``train()`` runs ``trainer._inner_training_loop`` (looked up on the instance each time): however
     it ends, the callback's training ends with it."""
 
@@ -99,8 +75,8 @@ def wrap_training_loop(trainer: Any, callback: Trainee, wrappers: Wrappers) -> N
     wrappers.wrap(trainer, "_inner_training_loop", make)
 
 
-def wrap_steps(trainer: Any, callback: Trainee, wrappers: Wrappers) -> None:
-    """Wrap what one training run needs (see the module's docstring); ``wrappers.undo()`` at its end."""
+def wrap_steps(trainer: Any, callback: Trainee, wrappers: Teardown) -> None:
+    """Wrap what one training run needs (see the module's docstring), undone by ``wrappers.undo()``."""
     clock = callback.clock
 
     def batch_samples(original: Any) -> Any:
