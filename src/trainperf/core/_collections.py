@@ -1,4 +1,4 @@
-"""Garbage collections of a window: Python's generations (through :class:`~trainperf._gc.GCMonitor`)
+"""Garbage collections of a window: Python's generations (through :class:`~trainperf.core._gc.GCMonitor`)
 and any other collector a listener was given (the JVM's under Spark, say), read as differences
 between reports."""
 

@@ -204,7 +204,7 @@ class ListenerSetup:
     def gc_pauses(self) -> list[tuple[float, float, int]] | None:
         """The GC pauses not yet reported, ``(start, seconds, generation)`` on :attr:`clock`, newest
         last (the same list for the listener's life); ``None`` without ``report_gc``. Adapters take a
-        loader fetch's own pauses out of its data wait with :func:`trainperf._gc.gc_within`."""
+        loader fetch's own pauses out of its data wait with :func:`trainperf.core._gc.gc_within`."""
         return self._readings.pauses
 
     def clock_parts(self) -> UserClock:

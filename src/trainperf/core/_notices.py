@@ -16,7 +16,7 @@ Advisor = Callable[[str], Sequence[str]]
 
 class BottleneckWarning(UserWarning):
     """Issued once per run and bottleneck, when it persists: judged so in at least
-    3 windows after the warm-up, and in at least 30% of them (see :func:`trainperf._verdict.persists`)."""
+    3 windows after the warm-up, and in at least 30% of them (see :func:`trainperf.records._verdict.persists`)."""
 
 
 class Notices:

@@ -17,7 +17,7 @@ class OpenWindow:
 
     Attributes:
         start: when it began, on the listener's clock.
-        entries: one :data:`~trainperf._window.WindowEntry` per iteration recorded in it.
+        entries: one :data:`~trainperf.records._window.WindowEntry` per iteration recorded in it.
         first_iteration: the number of its first iteration.
         end: the iteration count at which it closes.
         warmup: whether it is the first window of the run.

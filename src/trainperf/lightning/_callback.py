@@ -2,7 +2,7 @@
 
 An iteration is one optimizer step, so gradient accumulation counts every micro-batch in the step
 that consumes it; with manual optimization, one training batch. Its figures come from a
-:class:`~trainperf._accountant.StepAccountant`: the callback only translates Lightning's hooks into
+:class:`~trainperf.core._accountant.StepAccountant`: the callback only translates Lightning's hooks into
 its events.
 
 The step boundary is where the optimizer step itself ends (torch's optimizer step post-hook, for

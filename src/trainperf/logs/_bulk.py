@@ -2,10 +2,10 @@
 
 For each block of lines this reader takes away the digits and dots of every line, which leaves the
 line's *shape* (its labels, units, collector names, logger prefix). Lines of one shape are read
-together: learned once from one line of that shape (see :mod:`trainperf._logs._layout`), the layout
+together: learned once from one line of that shape (see :mod:`trainperf.logs._layout`), the layout
 says which word holds which figure, and pandas' C reader turns the words into columns of numbers in
 one pass. What does not fit (a shape seen too rarely, a word that is not a number, a label whose
-digits differ) goes to the line patterns of :mod:`trainperf._logs._lines`, which read anything;
+digits differ) goes to the line patterns of :mod:`trainperf.logs._lines`, which read anything;
 both give the same values.
 """
 

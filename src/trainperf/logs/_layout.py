@@ -2,7 +2,7 @@
 
 A line's *shape* is the line without its digits and dots (its labels, units, collector names,
 logger prefix). A layout is learned from one line of a shape by writing other numbers in place of
-each of its numbers and seeing which field the line patterns of :mod:`trainperf._logs._lines` then
+each of its numbers and seeing which field the line patterns of :mod:`trainperf.logs._lines` then
 read differently. :meth:`Layout.read` reads many lines of the shape at once with pandas' C reader.
 
 A line is read by a layout when it is the layout's line with other digits and dots in place of each

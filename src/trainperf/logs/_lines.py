@@ -1,7 +1,7 @@
 """The line patterns: read listener fields out of any text, line by line, whatever stands around them.
 
 This is the reader that accepts every layout (missing fields, other collectors, odd values); the bulk
-reader in :mod:`trainperf._logs._bulk` handles the regular majority of a large log faster and hands
+reader in :mod:`trainperf.logs._bulk` handles the regular majority of a large log faster and hands
 the rest to this one.
 """
 

@@ -25,7 +25,7 @@ def span_rows(
 
     Args:
         start: the listener's clock time at which the window started.
-        entries: the window's iterations, oldest first (see :data:`trainperf._window.WindowEntry`).
+        entries: the window's iterations, oldest first (see :data:`trainperf.records._window.WindowEntry`).
         last_iteration: the (1-based) number of the window's last iteration.
         wall_offset: seconds to add to the listener's clock to get wall time.
     """

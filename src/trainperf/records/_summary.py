@@ -221,7 +221,7 @@ def build_summary(
     """Assemble a :class:`RunSummary`.
 
     A bottleneck of the run is listed when its share of the whole run crosses half its verdict
-    threshold and it costs at least :data:`~trainperf._verdict.MATERIAL_MS` per iteration, or when it
+    threshold and it costs at least :data:`~trainperf.records._verdict.MATERIAL_MS` per iteration, or when it
     persisted: the verdict of at least ``PERSIST_WINDOWS`` windows and ``PERSIST_SHARE`` of them (one
     bad window is no bottleneck of the run). The largest share first, each with its fixes. On CUDA
     (``device_wall_s`` given) the input- and GC-bound shares are the device's idle time for them.

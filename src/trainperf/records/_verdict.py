@@ -210,7 +210,7 @@ def judge_device(
         window_s: device time of the window (previous window's last step end to this one's).
         idle_s: the device's idle time between steps in the window.
         data_idle_s: of that, the idle time that free data would remove (see
-            :meth:`~trainperf._timeline.DeviceWindow.data_idle_s`).
+            :meth:`~trainperf.records._timeline.DeviceWindow.data_idle_s`).
         etl_s: the host's data wait in the window.
         gc_s: GC pauses in the window.
         other_s: the loop's other host time, GC pauses left out.

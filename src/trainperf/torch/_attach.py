@@ -23,7 +23,7 @@ When no loader can be seen (an iterable that is not a DataLoader, not wrapped wi
 data wait falls back to the gap between the previous step and the next forward pass, and the record
 says so (``etl_source == "gap"``). Samples and batches then come from the forwards, a forward on
 the same input tensor as an earlier one in the step counting once. Evaluation and checkpoints in
-that gap are other time, not data wait. The arithmetic is a :class:`~trainperf._accountant.StepAccountant`'s.
+that gap are other time, not data wait. The arithmetic is a :class:`~trainperf.core._accountant.StepAccountant`'s.
 """
 
 from __future__ import annotations
