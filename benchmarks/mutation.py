@@ -46,6 +46,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "core/_closer.py": ("tests/test_closer.py",),
     "core/_handover.py": ("tests/test_handover.py",),
     "core/_accountant.py": ("tests/test_accountant.py",),
+    "torch/_setup.py": ("tests/test_setup.py",),
     "records/_peaks.py": ("tests/test_peaks.py",),
     "torch/_flops.py": ("tests/test_flops.py", "tests/test_tokens_adapters.py"),
     "profile/_rule.py": ("tests/test_capture_rule.py", "tests/test_capture.py"),
