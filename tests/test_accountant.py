@@ -264,3 +264,49 @@ def test_without_a_loader_or_a_first_sign_only_the_fetches_are_data_wait():
     account.begin(0.060)
     account.end_gap(0.070, samples=None, batches=1)  # the next one starts where this ended
     assert split(calls.rows[1])["started"] == 0.060 and account.boundary == 0.070
+
+
+def test_without_a_loader_a_span_after_the_first_sign_moves_out_of_the_step_never_more_than_it_had():
+    calls, account = make(at=0.0)
+    account.begin(0.010)
+    account.span("checkpoint", 0.004, within=True)
+    account.end_gap(0.030, samples=None, batches=1)
+    row = split(calls.rows[0])
+    assert row["started"] == pytest.approx(0.010) and row["other"] == pytest.approx(0.004)
+    assert calls.times == [("checkpoint", 0.004)]
+    account.begin(0.040)
+    account.span("checkpoint", 0.050, within=True)  # longer than the 20 ms the step had
+    account.end_gap(0.060, samples=None, batches=1)
+    assert split(calls.rows[1])["other"] == pytest.approx(0.020)
+
+
+def test_without_a_loader_or_a_first_sign_a_span_inside_comes_out_of_the_whole_iteration():
+    calls, account = make(at=0.0)
+    account.span("checkpoint", 0.004, within=True)
+    account.end_gap(0.030, samples=None, batches=1)
+    row = split(calls.rows[0])
+    assert (row["started"], row["etl"]) == (None, 0.0) and row["other"] == pytest.approx(0.004)
+    account.span("checkpoint", 0.5, within=True)
+    account.end_gap(0.060, samples=None, batches=1)
+    assert split(calls.rows[1])["other"] == pytest.approx(0.030)
+    account.restart(1.0)
+    account.span("checkpoint", 0.1, within=True)
+    account.end_gap(0.5, samples=None, batches=1)  # a reading before the boundary: no room at all
+    assert split(calls.rows[2])["other"] == 0.0
+
+
+def test_without_a_loader_spans_longer_than_the_gap_leave_no_data_wait():
+    calls, account = make(at=0.0)
+    account.span("eval", 0.050)
+    account.begin(0.030)
+    account.end_gap(0.040, samples=None, batches=1, data=0.010)
+    row = split(calls.rows[0])
+    assert row["etl"] == 0.0 and row["other"] == pytest.approx(0.030)
+
+
+def test_without_a_loader_a_first_sign_before_the_boundary_is_an_empty_gap():
+    calls, account = make(at=1.0)
+    account.begin(0.9)
+    account.end_gap(1.1, samples=None, batches=1, data=0.010)
+    row = split(calls.rows[0])
+    assert (row["etl"], row["other"]) == (0.0, 0.0)
