@@ -116,3 +116,54 @@ def test_no_host_wait_is_recorded_on_cuda(group):
     assert "wait" not in listener._open._times and listener._open._times["backward"] == pytest.approx(1.0)
     timer.stop()
     listener.close()
+
+
+def test_a_comm_hook_registered_before_attach_is_seen_where_it_launches(group):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    originals = dist.all_reduce, dist.distributed_c10d.all_reduce
+
+    def slow_hook(state, bucket):
+        time.sleep(0.01)
+        return default_hooks.allreduce_hook(state, bucket)
+
+    listener = PerformanceListener(4, sinks=[], verdict=False)
+    ddp = torch.nn.parallel.DistributedDataParallel(Net())
+    ddp.register_comm_hook(dist.group.WORLD, slow_hook)  # before attach: DDP takes no second hook
+    train(ddp, listener, 8)
+    for r in list(listener.history)[1:]:
+        assert 10.0 <= r.extra["comm_ms"] < 18.0, r.extra
+        assert r.extra["wait_ms"] < 5.0, r.extra  # the hook's time before its launch is not waiting
+    # closed: torch.distributed has its own functions back
+    assert (dist.all_reduce, dist.distributed_c10d.all_reduce) == originals
+
+
+def test_with_gradient_accumulation_only_the_synced_backward_gives_a_wait(group):
+    listener = PerformanceListener(3, sinks=[], verdict=False)
+    samples: list[tuple[str, float]] = []
+    times: list[str] = []
+    add_sample, add_time = listener.add_sample, listener.add_time
+    listener.add_sample = lambda name, s: (samples.append((name, s)), add_sample(name, s))  # type: ignore[method-assign]
+    listener.add_time = lambda name, s: (times.append(name), add_time(name, s))  # type: ignore[method-assign]
+    ddp = torch.nn.parallel.DistributedDataParallel(Net())
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    attach(ddp, listener)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    steps, micro = 6, 4
+    for _ in range(steps):
+        opt.zero_grad()
+        for k in range(micro):
+            if k < micro - 1:
+                with ddp.no_sync():
+                    torch.nn.functional.mse_loss(ddp(x), y).backward()
+            else:
+                torch.nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+    listener.close()
+    # one wait per optimizer step, from the backward pass outside no_sync (the very first backward
+    # pass, under no_sync, finds the last gradient)
+    assert [name for name, _ in samples] == ["wait"] * steps
+    # every micro-batch's forward and backward count toward the rank's own time
+    assert times.count("forward") == steps * micro
+    assert times.count("backward") == steps * micro
+    assert times.count("step") == steps

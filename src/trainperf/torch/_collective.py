@@ -11,7 +11,9 @@ per iteration, on the listener's clock:
 * ``comm``: the comm hooks' own time, launching the all-reduce (compression, a user's hook);
 * ``wait``: time blocked in collectives: from the last gradient to the end of the backward pass
   (DDP waits there for every bucket's all-reduce), less the hooks launched in between, plus the
-  buffer broadcast (BatchNorm);
+  buffer broadcast (BatchNorm). With gradient accumulation only the backward pass that runs the
+  all-reduce (the one outside ``no_sync``) gives a wait: the micro-batches before it run no
+  collective, and their forward and backward passes count toward the rank's own time;
 * ``step``: from the end of the backward pass to the end of the optimizer step.
 
 The rank the others wait for is the one that waits least; its own phases say why (see
@@ -19,8 +21,9 @@ The rank the others wait for is the one that waits least; its own phases say why
 (found in the first backward pass) and a callback queued on the autograd engine that runs after
 DDP's own end-of-backward work: DDP keeps its own all-reduce, in C++ (a Python comm hook would cost
 tens of microseconds per bucket). A comm hook the user registers after this (``register_comm_hook``,
-a built-in one) runs inside one that times its launch. DDP takes one hook only: a hook registered
-before the timing started cannot be wrapped, and its own time counts as ``wait``.
+a built-in one) runs inside one that times its launch. DDP takes one hook only: a Python hook
+registered before the timing started cannot be wrapped, so its launches are seen where it makes them
+(see :mod:`trainperf.torch._launches`); a C++ one's short time counts as ``wait``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from typing import Any
 
 import torch
 from torch import is_grad_enabled
+
+from ._launches import LaunchWatch
 
 __all__ = ["CollectiveTimer", "find_ddp"]
 
@@ -80,6 +85,7 @@ class CollectiveTimer:
         self._broadcast = 0.0  # waits in the buffer broadcast since the last backward pass
         self._forward_start: float | None = None
         self._forward_end: float | None = None
+        self._syncs = True  # the backward pass of the latest training forward runs DDP's all-reduce
         self._launch_early = 0.0  # comm hooks' time before the last gradient, this backward pass
         self._launch_late = 0.0  # ... and after it
         self._last_ready: float | None = None
@@ -92,6 +98,8 @@ class CollectiveTimer:
         # precedes the collective instead.
         self.host_waits = ddp is not None and getattr(ddp, "device_type", "cpu") != "cuda"
         self.mode = "none" if ddp is None else self._install_hook()
+        # a Python comm hook DDP already holds: its launches are seen in torch.distributed's functions
+        self._launches = LaunchWatch(clock) if self.mode != "none" and getattr(ddp, "_comm_hooks", None) else None
         if ddp is not None and hasattr(ddp, "_sync_buffers"):
             self._sync_buffers = ddp.__dict__.get("_sync_buffers")
             inner_sync = ddp._sync_buffers
@@ -108,6 +116,8 @@ class CollectiveTimer:
     # -- the forward pass (callbacks of the wrapped module's tap) ---------------------------------
     def before_forward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if is_grad_enabled():  # an evaluation forward is not the training step's
+            # under ``no_sync`` (gradient accumulation) DDP prepares no all-reduce for this backward pass
+            self._syncs = self.ddp is None or bool(getattr(self.ddp, "require_backward_grad_sync", True))
             self._forward_start = self.clock()
 
     def after_forward(self) -> None:
@@ -140,6 +150,8 @@ class CollectiveTimer:
                 _ENGINE.queue_callback(self._keep_last)
             self._last_ready = self.clock()
             self._launch_late = 0.0  # hooks launched before this gradient were not after the last one
+            if self._launches is not None:
+                self._launches.arm()
 
         return seen
 
@@ -186,6 +198,8 @@ class CollectiveTimer:
     def _last_gradient(self, param: torch.Tensor) -> None:
         self._last_ready = self.clock()
         self._launch_late = 0.0
+        if self._launches is not None:
+            self._launches.arm()
         _ENGINE.queue_callback(self._after_finalize)
 
     def _after_finalize(self) -> None:
@@ -197,6 +211,10 @@ class CollectiveTimer:
         now = self.clock()
         ready, early, late = self._last_ready, self._launch_early, self._launch_late
         self._last_ready, self._launch_early, self._launch_late = None, 0.0, 0.0
+        if self._launches is not None:
+            launched = self._launches.disarm()
+            if ready is not None and launched is not None and launched > ready:
+                late = max(late, launched - ready)  # the earlier hook's time to its last launch
         if ready is None or not self._on:
             return
         forward_end = self._forward_end
@@ -204,6 +222,10 @@ class CollectiveTimer:
             self._add("backward", max(0.0, ready - forward_end - early))
         if early or late:
             self._add("comm", early + late)
+        if not self._syncs:  # a micro-batch under no_sync: no collective ran, its wait comes later
+            self._forward_end = None
+            self._left = now
+            return
         if self.host_waits:
             self._add_sample("wait", max(0.0, now - ready - late) + self._broadcast)
         self._broadcast = 0.0
@@ -227,6 +249,8 @@ class CollectiveTimer:
         """Stop adding times (the listener closed). The comm hook stays (DDP cannot drop it) and
         keeps calling the user's hook; the buffer broadcast gets DDP's own method back."""
         self._on = False
+        if self._launches is not None:
+            self._launches.close()
         if self.ddp is not None and self._sync_buffers is None:
             self.ddp.__dict__.pop("_sync_buffers", None)
         for handle in getattr(self, "_handles", []):
