@@ -17,6 +17,7 @@ of its own. A scenario's slowed rank sleeps ``delay_s`` per iteration in its pha
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
@@ -42,12 +43,33 @@ class Scenario:
     loop: str = "loader"  # or "generator"
     bn: bool = False
     every: int = 1  # the rank is slowed in one window of every ``every`` (intermittent when > 1)
+    accumulate: int = 1  # micro-batches per optimizer step, all but the last under ``no_sync``
+    width: int = 32  # the model's hidden width (1024: real compute on every rank)
+    delay_ms: float | None = None  # the fault's delay, else the plan's
+    period: int = 1  # the fault acts in every ``period``-th iteration only (a checkpoint every 5th step)
+    also: tuple[str, int, float] | None = None  # a second fault: (fault, rank, delay in ms), every iteration
+    frequencies: tuple[int, ...] = ()  # each rank's listener frequency, else the plan's
+    hook_before: bool = False  # the ``hook`` fault's comm hook is registered before attach (DDP's usual order)
 
     @property
     def name(self) -> str:
         bn = "-bn" if self.bn else ""
         every = f"-1of{self.every}" if self.every > 1 else ""
-        return f"{self.fault}-r{self.slow_rank}-{self.loop}{bn}{every}"
+        accumulate = f"-acc{self.accumulate}" if self.accumulate > 1 else ""
+        shape = (f"-w{self.width}" if self.width != 32 else "") + (f"-{self.delay_ms:g}ms" if self.delay_ms else "")
+        shape += f"-every{self.period}" if self.period > 1 else ""
+        shape += f"-and-{self.also[0]}-r{self.also[1]}" if self.also else ""
+        shape += "-freq" + "_".join(map(str, self.frequencies)) if self.frequencies else ""
+        shape += "-before" if self.hook_before else ""
+        return f"{self.fault}-r{self.slow_rank}-{self.loop}{bn}{every}{accumulate}{shape}"
+
+    @property
+    def named(self) -> set[tuple[int, str]]:
+        """The (rank, cause) pairs the report must name."""
+        out = set() if self.fault == "none" else {(self.slow_rank, EXPECTED[self.fault])}
+        if self.also:
+            out.add((self.also[1], EXPECTED[self.also[0]]))
+        return out  # type: ignore[return-value]
 
     @property
     def expected(self) -> str | None:
@@ -68,6 +90,17 @@ def _slowed(scenario: Scenario, rank: int, iteration: int, frequency: int) -> bo
         return False
     window = (iteration - 1) // frequency
     return window % scenario.every == scenario.every - 1
+
+
+def _pause(scenario: Scenario, plan: Plan, kind: str, rank: int, iteration: int) -> float:
+    """Seconds the ``kind`` fault holds ``rank`` in ``iteration`` (1-based), 0 when it does not act."""
+    seconds = 0.0
+    if (scenario.fault == kind and _slowed(scenario, rank, iteration, plan.frequency)
+            and iteration % scenario.period == 0):
+        seconds += scenario.delay_ms / 1000.0 if scenario.delay_ms is not None else plan.delay_s
+    if scenario.also and scenario.also[0] == kind and scenario.also[1] == rank:
+        seconds += scenario.also[2] / 1000.0
+    return seconds
 
 
 def _worker(rank: int, port: int, out: str, plan: Plan) -> None:
@@ -100,82 +133,102 @@ def _gc_cost(heap: list[Any]) -> float:
 
 
 def _run_scenario(rank, out, plan, scenario, heap, gc_per_object, torch, dist, listener_cls, attach) -> None:
-    delay = plan.delay_s
-    iterations = plan.frequency * (plan.windows + 1)
+    micro = scenario.accumulate
+    iterations = plan.frequency * (plan.windows + 1) * micro  # micro-batches
+    width = scenario.width
     state = {"i": 0}
 
-    def slowed() -> bool:
-        return _slowed(scenario, rank, state["i"], plan.frequency)
+    def pause(kind: str, iteration: int | None = None) -> float:
+        return _pause(scenario, plan, kind, rank, state["i"] if iteration is None else iteration)
+
+    def sleep(kind: str, iteration: int | None = None) -> None:
+        seconds = pause(kind, iteration)
+        if seconds:
+            time.sleep(seconds)
 
     class Net(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            layers = [torch.nn.Linear(16, 32)]
+            layers = [torch.nn.Linear(16, width)]
             if scenario.bn:
-                layers.append(torch.nn.BatchNorm1d(32))
-            layers += [torch.nn.ReLU(), torch.nn.Linear(32, 1)]
+                layers.append(torch.nn.BatchNorm1d(width))
+            layers += [torch.nn.ReLU()]
+            if width > 32:
+                layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+            layers += [torch.nn.Linear(width, 1)]
             self.body = torch.nn.Sequential(*layers)
 
         def forward(self, x):
-            if torch.is_grad_enabled():
-                if scenario.fault == "forward" and slowed():
-                    time.sleep(delay)
-            elif scenario.fault == "eval" and slowed():
-                time.sleep(delay)
+            sleep("forward" if torch.is_grad_enabled() else "eval")
             return self.body(x)
+
+    rows = 64 if width > 32 else 8
 
     class Data(torch.utils.data.Dataset):
         def __len__(self) -> int:
             return iterations
 
         def __getitem__(self, i):
-            if scenario.fault == "data" and _slowed(scenario, rank, i + 1, plan.frequency):
-                time.sleep(delay)
-            return torch.randn(8, 16), torch.randn(8, 1)
+            sleep("data", i // micro + 1)
+            return torch.randn(rows, 16), torch.randn(rows, 1)
 
     def generator() -> Iterator[tuple[Any, Any]]:
         for i in range(iterations):
-            if scenario.fault == "data" and _slowed(scenario, rank, i + 1, plan.frequency):
-                time.sleep(delay)
-            yield torch.randn(8, 16), torch.randn(8, 1)
+            sleep("data", i // micro + 1)
+            yield torch.randn(rows, 16), torch.randn(rows, 1)
 
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(Net())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    if scenario.fault == "optimizer":
-        opt.register_step_pre_hook(lambda *_: time.sleep(delay) if slowed() else None)
-    listener = listener_cls(plan.frequency, sinks=[], verdict=False, report_gc=True, run_dir=out / scenario.name,
+    opt.register_step_pre_hook(lambda *_: sleep("optimizer"))
+    frequency = scenario.frequencies[rank] if scenario.frequencies else plan.frequency
+    listener = listener_cls(frequency, sinks=[], verdict=False, report_gc=True, run_dir=out / scenario.name,
                             cluster_every=2, cluster_timeout_s=20.0)
-    attach(model, listener)
-    if scenario.fault == "hook":
+    if scenario.fault == "hook" or (scenario.also and scenario.also[0] == "hook"):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         def hook(state, bucket):  # noqa: ANN001, ANN202 - DDP checks the annotations it finds
-            if slowed():
-                time.sleep(delay)
+            sleep("hook")
             return default_hooks.allreduce_hook(state, bucket)
 
-        model.register_comm_hook(dist.group.WORLD, hook)
+        if scenario.hook_before:
+            model.register_comm_hook(dist.group.WORLD, hook)
+            attach(model, listener)
+        else:
+            attach(model, listener)
+            model.register_comm_hook(dist.group.WORLD, hook)
+    else:
+        attach(model, listener)
     if scenario.fault == "gc":
-        heap[:] = [[i] for i in range(int(delay / gc_per_object))]
+        seconds = _pause(scenario, plan, "gc", scenario.slow_rank, _first_acting(scenario, plan))
+        heap[:] = [[i] for i in range(int(seconds / gc_per_object))]
     source = torch.utils.data.DataLoader(Data(), batch_size=None) if scenario.loop == "loader" else generator()
-    for x, y in source:
-        state["i"] += 1
-        opt.zero_grad()
-        out_ = model(x)
-        if scenario.fault == "loss" and slowed():
-            time.sleep(delay)
-        torch.nn.functional.mse_loss(out_, y).backward()
+    for k, (x, y) in enumerate(source):
+        last = k % micro == micro - 1  # the step's last micro-batch: the one whose backward pass syncs
+        if k % micro == 0:
+            state["i"] += 1
+            opt.zero_grad()
+        with contextlib.nullcontext() if last else model.no_sync():
+            out_ = model(x)
+            sleep("loss")
+            torch.nn.functional.mse_loss(out_, y).backward()
+        if not last:
+            continue
         opt.step()
-        if scenario.fault == "host" and slowed():
-            time.sleep(delay)
+        sleep("host")
         if scenario.fault == "eval":
             with torch.no_grad():
                 model.module(x)
-        if scenario.fault == "gc" and slowed():
+        if pause("gc"):
             gc.collect()
     heap.clear()
     listener.close()
+
+
+def _first_acting(scenario: Scenario, plan: Plan) -> int:
+    """The first iteration in which the scenario's fault acts (sizes the GC fault's heap)."""
+    return next(i for i in range(1, 10 * plan.frequency * scenario.every * scenario.period + 2)
+                if _slowed(scenario, scenario.slow_rank, i, plan.frequency) and i % scenario.period == 0)
 
 
 def run(plan: Plan, out: Path, limit_s: float = 600.0) -> list[int | None]:
@@ -189,24 +242,34 @@ class Outcome:
 
     scenario: Scenario
     acting: int = 0  # windows in which the slowed rank was slowed
-    right: int = 0  # ... in which the right rank and cause were named
+    right: int = 0  # ... in which the right rank(s) and cause(s) were named
     healthy: int = 0  # windows in which no rank was slowed
     false_alarms: int = 0  # ... in which a straggler was named anyway
     wrong: list[str] | None = None  # what was named instead, in the acting windows
     report: list[tuple[int, str]] | None = None  # the report's stragglers (rank, cause)
     report_windows: list[int] | None = None  # the windows the report lists for the expected straggler
+    pattern: str | None = None  # the pattern the report gives the expected straggler
+    headline: str | None = None  # the report's cluster line
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "scenario": self.scenario.name}
 
+    @property
+    def named_over_run(self) -> bool:
+        """Every expected straggler is in the report's list (with a pattern when it acts every n-th iteration)."""
+        listed = set(self.report or [])
+        return self.scenario.named <= listed and (self.scenario.period == 1 or self.pattern is not None)
+
 
 def judge(run_dir: Path, scenario: Scenario, plan: Plan) -> Outcome:
-    """Each steady window judged as the report judges it (``rank_figures`` then ``find_stragglers``
-    over the ranks), and the report's own list of stragglers."""
+    """Each steady window judged as the report judges it (the ranks' common windows, each rank's
+    figures over the run, ``find_stragglers``), and the report's own list of stragglers. A scenario
+    whose fault acts in some iterations of every window (``period``) is judged over the run only."""
     from trainperf import build_report
-    from trainperf.ranks._stragglers import find_stragglers, rank_figures
+    from trainperf.ranks._stragglers import rank_figures
+    from trainperf.ranks._windows import common_windows, judge_windows
 
-    by_window: dict[int, list[Any]] = {}
+    by_rank: dict[int, list[tuple[int, Any]]] = {}
     for rank in range(plan.world):
         path = run_dir / f"rank-{rank}" / "windows.jsonl"
         for line in path.read_text().splitlines() if path.exists() else []:
@@ -215,25 +278,30 @@ def judge(run_dir: Path, scenario: Scenario, plan: Plan) -> Outcome:
                 continue
             f = rank_figures(rank, w)
             if f is not None:
-                by_window.setdefault(int(w["iteration"]), []).append(f)
+                by_rank.setdefault(rank, []).append((int(w["iteration"]), f))
+    windows = [(last, figures) for last, figures in common_windows(by_rank) if len(figures) == plan.world]
     outcome = Outcome(scenario, wrong=[])
-    for last, figures in sorted(by_window.items()):
-        if len(figures) < plan.world:
+    judged, _ = judge_windows([figures for _, figures in windows])
+    for (last, _), stragglers in zip(windows, judged, strict=True):
+        found = {(s.rank, s.cause) for s in stragglers}
+        if scenario.period > 1:
             continue
-        found = [(s.rank, s.cause) for s in find_stragglers(figures)]
-        if _slowed(scenario, scenario.slow_rank, last, plan.frequency):
+        if scenario.named and _slowed(scenario, scenario.slow_rank, last, plan.frequency):
             outcome.acting += 1
-            if found == [(scenario.slow_rank, scenario.expected)]:
+            if found == scenario.named:
                 outcome.right += 1
             else:
-                outcome.wrong.append(f"{last}: {found}")  # type: ignore[union-attr]
+                outcome.wrong.append(f"{last}: {sorted(found)}")  # type: ignore[union-attr]
         else:
             outcome.healthy += 1
             outcome.false_alarms += bool(found)
     report = build_report(run_dir)
     outcome.report = [(s["rank"], s["cause"]) for s in report["stragglers"]]
-    outcome.report_windows = next((s["iterations"] for s in report["stragglers"]
-                                   if (s["rank"], s["cause"]) == (scenario.slow_rank, scenario.expected)), [])
+    expected = (scenario.slow_rank, scenario.expected)
+    entry = next((s for s in report["stragglers"] if (s["rank"], s["cause"]) == expected), None)
+    outcome.report_windows = entry["iterations"] if entry else []
+    outcome.pattern = entry.get("pattern") if entry else None
+    outcome.headline = report.get("cluster")
     return outcome
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from ..records import counted
 
-__all__ = ["RankFigures", "Straggler", "find_stragglers", "cluster_line", "CAUSES", "rank_figures"]
+__all__ = ["RankFigures", "Straggler", "find_stragglers", "cluster_line", "CAUSES", "rank_figures", "merge_figures",
+           "costly_ranks", "lateness"]
 
 #: The causes a straggler can have; ``compute`` only when the step is not split into its phases.
 CAUSES = ("data", "forward", "backward", "optimizer", "host", "gc", "communication", "compute")
@@ -144,16 +145,96 @@ def _margin(figures: Sequence[RankFigures]) -> float:
     return max(LATE_SHARE * statistics.median(f.iteration_ms for f in figures), LATE_MIN_MS)
 
 
-def find_stragglers(figures: Sequence[RankFigures]) -> list[Straggler]:
-    """The rank that holds the others back, with its cause; an empty list when none does.
+def merge_figures(figures: Sequence[RankFigures]) -> RankFigures:
+    """One rank's figures over several spans of iterations, weighted by their iterations (the run's
+    figures from its windows, or a window of another rank's length from shorter ones). A part timed
+    in only some of them is unknown; the median iteration's wait is the weighted median of theirs.
 
-    When every rank's collectives are timed (``wait_ms``), the straggler is the rank that waits
-    least in them: the median of the others' wait less its own is how late it arrives, and it must
-    exceed ``max(10% of the median iteration, 3 ms)``, in the mean and in the median iteration of
-    the window (``wait_p50_ms``, when known), so that one preempted iteration names no one.
-    Otherwise arrival is what precedes the
-    collective: data wait, host time after the previous step, GC and the forward pass (the whole
-    step when the forward pass is not measured), and the latest rank by that margin is named.
+    Args:
+        figures: the same rank's figures, at least one.
+    """
+    if not figures:
+        raise ValueError("figures must hold at least one entry, got none")
+    n = sum(f.iterations for f in figures)
+
+    def mean(field: str) -> float:
+        return sum(float(getattr(f, field)) * f.iterations for f in figures) / n
+
+    def known(field: str) -> float | None:
+        return None if any(getattr(f, field) is None for f in figures) else mean(field)
+
+    p50s = [(f.wait_p50_ms, f.iterations) for f in figures]
+    p50: float | None = None
+    if all(v is not None for v, _ in p50s):
+        ordered = sorted((float(v), w) for v, w in p50s if v is not None)
+        half, seen = n / 2.0, 0
+        for v, w in ordered:
+            seen += w
+            if seen >= half:
+                p50 = v
+                break
+    first = figures[0]
+    return RankFigures(first.rank, n, mean("etl_ms"), known("forward_ms"), mean("compute_ms"), mean("other_ms"),
+                       mean("iteration_ms"), backward_ms=known("backward_ms"), step_ms=known("step_ms"),
+                       comm_ms=known("comm_ms"), wait_ms=known("wait_ms"), gc_ms=mean("gc_ms"),
+                       gap=all(f.gap for f in figures), wait_p50_ms=p50)
+
+
+def costly_ranks(run: Sequence[RankFigures]) -> set[int]:
+    """The ranks that cost the others time over the run (its figures, no median-iteration check)."""
+    return {s.rank for s in find_stragglers(run, typical=False)}
+
+
+def lateness(figures: Sequence[RankFigures], typical: bool = True) -> list[float]:
+    """Each rank's lateness at the collective against the median of the others (see :func:`find_stragglers`)."""
+    return _lateness(figures, typical)[0]
+
+
+def _lateness(figures: Sequence[RankFigures], typical: bool) -> tuple[list[float], bool]:
+    """How late each rank reaches the collective, against the median of the others; whether the
+    collectives' waits were timed. ``typical``: also late in the median iteration (when known)."""
+    waits = [f.wait_ms for f in figures]
+    timed = all(w is not None for w in waits)
+    if timed:
+        own = [-w for w in waits if w is not None]  # waiting least = arriving last
+        lateness = [o - m for o, m in zip(own, _medians_of_others(own), strict=True)]
+        medians = [f.wait_p50_ms for f in figures]
+        if typical and all(m is not None for m in medians):
+            # late in most of the window's iterations, not through one slow one (a preempted process)
+            usual = [-m for m in medians if m is not None]
+            lateness = [min(a, t - m) for a, t, m in zip(lateness, usual, _medians_of_others(usual), strict=True)]
+        return lateness, True
+    # Outside the step (data wait, host time, GC) a rank's time is its own even in lock-step: the
+    # others absorb its excess in their step. With the forward pass, that is all before the
+    # collective; without it, the whole step counts too, which tells ranks apart out of lock-step.
+    forward_known = all(f.forward_ms is not None for f in figures)
+    before = [f.etl_ms + f.other_ms + f.gc_ms + (f.forward_ms or 0.0 if forward_known else 0.0) for f in figures]
+    lateness = [b - m for b, m in zip(before, _medians_of_others(before), strict=True)]
+    if not forward_known:
+        whole = [b + f.compute_ms for b, f in zip(before, figures, strict=True)]
+        lateness = [max(a, w - m) for a, w, m in zip(lateness, whole, _medians_of_others(whole), strict=True)]
+    return lateness, False
+
+
+def find_stragglers(figures: Sequence[RankFigures], *, run: Sequence[RankFigures] | None = None,
+                    spread: Mapping[int, float] | None = None, typical: bool = True) -> list[Straggler]:
+    """The ranks that hold the others back, latest first, each with its cause; empty when none does.
+
+    When every rank's collectives are timed (``wait_ms``), a rank's lateness is how much less it
+    waits in them than the median of the others; otherwise it is what precedes the collective: data
+    wait, host time after the previous step, GC and the forward pass (the whole step when the forward
+    pass is not measured). The latest rank is a straggler when its lateness exceeds
+    ``max(10% of the median iteration, 3 ms)``, in the mean and, with ``typical``, in the median
+    iteration of the window too (``wait_p50_ms``, when known), so that one preempted iteration names
+    no one. It is then left out and the others compared again, so that every rank whose lateness
+    passes the margin is named, each against the ranks not named.
+
+    With ``run`` (every rank's figures over the whole run, see :func:`merge_figures`), a rank is
+    named when it also costs the others time over the run, or when it is later than ``spread`` and
+    the margin (per rank: the most the other, healthy ranks were ever late; see
+    :func:`~trainperf.ranks._windows.judge_windows`): lateness that moves from rank to rank window by
+    window (a busy host descheduling one rank, then another) evens out over the run and stays within
+    that spread, and names nobody.
 
     The cause is the straggler's phase that exceeds the median of the other ranks' most: ``data``,
     ``forward``, ``backward``, ``optimizer``, ``host``, ``communication``; ``gc`` first when its
@@ -162,6 +243,9 @@ def find_stragglers(figures: Sequence[RankFigures]) -> list[Straggler]:
 
     Args:
         figures: one entry per rank, over the same iterations; fewer than two ranks give no straggler.
+        run: the same ranks' figures over the run (``typical`` is not asked of them).
+        spread: per rank, the lateness beyond which a rank that costs nothing over the run is named.
+        typical: ask that the straggler be late in the median iteration too.
 
     Example:
         >>> ranks = [RankFigures(r, 100, 2.0, 5.0, 40.0, 0.0, 42.0, wait_ms=30.0) for r in range(3)]
@@ -172,31 +256,31 @@ def find_stragglers(figures: Sequence[RankFigures]) -> list[Straggler]:
     if len(figures) < 2:
         return []
     margin = _margin(figures)
-    waits = [f.wait_ms for f in figures]
-    timed = all(w is not None for w in waits)
-    if timed:
-        own = [-w for w in waits if w is not None]  # waiting least = arriving last
-        lateness = [o - m for o, m in zip(own, _medians_of_others(own), strict=True)]
-        medians = [f.wait_p50_ms for f in figures]
-        if all(m is not None for m in medians):
-            # late in most of the window's iterations, not through one slow one (a preempted process)
-            typical = [-m for m in medians if m is not None]
-            lateness = [min(a, t - m) for a, t, m in zip(lateness, typical, _medians_of_others(typical), strict=True)]
-    else:
-        # Outside the step (data wait, host time, GC) a rank's time is its own even in lock-step: the
-        # others absorb its excess in their step. With the forward pass, that is all before the
-        # collective; without it, the whole step counts too, which tells ranks apart out of lock-step.
-        forward_known = all(f.forward_ms is not None for f in figures)
-        before = [f.etl_ms + f.other_ms + f.gc_ms + (f.forward_ms or 0.0 if forward_known else 0.0) for f in figures]
-        lateness = [b - m for b, m in zip(before, _medians_of_others(before), strict=True)]
-        if not forward_known:
-            whole = [b + f.compute_ms for b, f in zip(before, figures, strict=True)]
-            lateness = [max(a, w - m) for a, w, m in zip(lateness, whole, _medians_of_others(whole), strict=True)]
-    i = max(range(len(figures)), key=lambda k: lateness[k])
-    if lateness[i] <= margin:
-        return []
-    cause, evidence = _cause(figures, i, lateness[i], timed)
-    return [Straggler(figures[i].rank, cause, lateness[i], evidence)]
+    costly = None if run is None else costly_ranks(run)
+    left = list(figures)
+    named: list[RankFigures] = []
+    first = dict(zip((f.rank for f in figures), _lateness(figures, typical)[0], strict=True))
+    while len(left) >= 2:
+        late, _ = _lateness(left, typical)
+        i = max(range(len(left)), key=lambda k: late[k])
+        if late[i] <= margin:
+            break
+        rank = left[i].rank
+        beyond = spread is not None and first[rank] > spread.get(rank, math.inf) + margin
+        if costly is not None and rank not in costly and not beyond:
+            break  # the latest rank is within the healthy spread: the ones behind it are too
+        named.append(left[i])
+        del left[i]
+    # each straggler against the ranks not named: what it costs those who wait for it
+    unnamed = [f for f in figures if f not in named]
+    found = []
+    for straggler in named:
+        group = [*unnamed, straggler]
+        lateness, timed = _lateness(group, typical)
+        late = max(lateness[-1], margin)
+        cause, evidence = _cause(group, len(group) - 1, late, timed)
+        found.append(Straggler(straggler.rank, cause, late, evidence))
+    return found
 
 
 def _cause(figures: Sequence[RankFigures], i: int, late: float, timed: bool) -> tuple[str, str]:

@@ -13,8 +13,10 @@ from typing import Any
 
 from ...records import percentile
 from .._layout import SPAN_PHASES
-from .._stragglers import RankFigures, Straggler, cluster_line, find_stragglers, rank_figures
+from .._stragglers import RankFigures, Straggler, cluster_line
 from ._load import Rank, load_run
+from ._named import named_stragglers
+from ._named import steady as _steady
 
 __all__ = ["build_report", "analyse"]
 
@@ -72,13 +74,6 @@ def _weighted_mean(values: Sequence[float], weights: Sequence[float]) -> float |
             total += v * w
             weight += w
     return total / weight if weight > 0 else None
-
-
-def _steady(rank: Rank) -> list[int]:
-    """The rank's windows past warm-up (all of them when every window is warm-up): the one window
-    set behind every figure of the report, its headline, tables and stragglers alike."""
-    w = rank.windows
-    return [k for k in range(rank.n_windows) if not w["warmup"][k]] or list(range(rank.n_windows))
 
 
 def _stats(rank: Rank, steady: list[int], mean_key: str, p50_key: str, p95_key: str, max_key: str
@@ -200,55 +195,6 @@ def missing_ranks(ranks: Sequence[Rank]) -> list[int]:
     sizes = [r.meta["world_size"] for r in ranks if isinstance(r.meta.get("world_size"), int)]
     world = max([max(present) + 1, *(s for s in sizes if 0 < s <= 1 << 20)])
     return [r for r in range(world) if r not in present]
-
-
-def _figures(rank: Rank, k: int) -> RankFigures | None:
-    w = rank.windows
-    keys = ("window_iterations", "etl_ms", "compute_ms", "other_ms", "iteration_ms", "gc_total_ms", "forward_ms",
-            "backward_ms", "step_ms", "comm_ms", "wait_ms", "wait_p50_ms")
-    values: dict[str, object] = {key: w[key][k] for key in keys}
-    values["etl_source"] = "gap" if w["gap"][k] else "loader"
-    return rank_figures(rank.rank, values)
-
-
-#: A rank is listed as a straggler when it is one in at least this many windows and this share of
-#: the windows compared; its windows are listed (at most ``MAX_LISTED_WINDOWS``).
-MIN_WINDOWS = 2
-MIN_SHARE = 0.02
-MAX_LISTED_WINDOWS = 1000
-
-
-def _stragglers(ranks: Sequence[Rank]) -> tuple[list[dict[str, Any]], int]:
-    """Stragglers found window by window over the ranks that reported each window (the steady
-    windows, as everywhere in the report)."""
-    by_iteration: dict[int, list[RankFigures]] = {}
-    for rank in ranks:
-        w = rank.windows
-        for k in _steady(rank):
-            f = _figures(rank, k)
-            if f is not None:
-                by_iteration.setdefault(int(w["iteration"][k]), []).append(f)
-    found: dict[tuple[int, str], list[tuple[int, Straggler]]] = {}
-    analysed = 0
-    for iteration in sorted(by_iteration):
-        figures = by_iteration[iteration]
-        if len(figures) < 2:
-            continue
-        analysed += 1
-        for s in find_stragglers(figures):
-            found.setdefault((s.rank, s.cause), []).append((iteration, s))
-    needed = max(MIN_WINDOWS, math.ceil(MIN_SHARE * analysed))
-    out: list[dict[str, Any]] = []
-    for (who, cause), items in found.items():
-        if len(items) < needed:
-            continue
-        ordered = sorted((s for _, s in items), key=lambda s: s.excess_ms)
-        typical = ordered[len(ordered) // 2]
-        out.append({"rank": who, "cause": cause, "excess_ms": _r(typical.excess_ms), "evidence": typical.evidence,
-                    "windows": len(items), "share": _r(len(items) / analysed, 3),
-                    "iterations": [i for i, _ in items[:MAX_LISTED_WINDOWS]]})
-    out.sort(key=lambda s: (-int(s["windows"]), -float(s["excess_ms"] or 0.0)))
-    return out, analysed
 
 
 def _clocks(ranks: Sequence[Rank]) -> list[dict[str, Any]]:
@@ -444,6 +390,13 @@ def _phases_seen(slowest: Sequence[dict[str, Any]], rank_windows: Sequence[dict[
     return [p for p in SPAN_PHASES if p in seen]
 
 
+def _in_words(straggler: dict[str, Any], analysed: int) -> str:
+    """A listed straggler's evidence with how often it held the others back."""
+    pattern = straggler.get("pattern")
+    when = f"{pattern}" if pattern else f"in {straggler['windows']} of {analysed} windows"
+    return f"{straggler['evidence']} ({when})"
+
+
 def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
     """The report of loaded, aligned ranks (see :func:`build_report`).
 
@@ -454,7 +407,7 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
     start = min(starts) if starts else 0.0
     silent = _silent(ranks)
     entries = [_rank_entry(r, silent.get(r.rank)) for r in ranks]
-    stragglers, analysed = _stragglers(ranks)
+    stragglers, analysed = named_stragglers(ranks)
     windows, rank_windows = _buckets(ranks, start)
     slowest = _slowest(ranks, start)
     whole = [RankFigures(e["rank"], e["iterations"], e["etl_ms"]["mean"], e["forward_ms"], e["compute_ms"],
@@ -462,7 +415,7 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
              for e in entries if None not in (e["etl_ms"]["mean"], e["compute_ms"], e["iteration_ms"]["mean"])]
     # the headline names what the window-by-window analysis found, over the same windows
     named = [Straggler(s["rank"], s["cause"], s["excess_ms"] or 0.0,
-                       f"{s['evidence']} (in {s['windows']} of {analysed} windows)") for s in stragglers[:1]]
+                       _in_words(s, analysed)) for s in stragglers]
     names = sorted({str(r.meta["run_name"]) for r in ranks if r.meta.get("run_name") is not None})
     missing = missing_ranks(ranks)
     captures, captures_total = _captures(ranks, start)

@@ -1,0 +1,115 @@
+"""The report's stragglers: window by window over the ranks' common windows, kept to the ranks that
+cost the others time over the run, and the ranks whose cost over the run comes from a few
+iterations (a checkpoint every n-th step), with the pattern their spans show."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from .._windows import common_windows, judge_windows
+from .._layout import SPAN_PHASES
+from .._pattern import recurrence
+from .._stragglers import RankFigures, Straggler, find_stragglers, rank_figures
+from ._load import Rank
+
+__all__ = ["named_stragglers", "steady"]
+
+#: A rank is listed as a straggler when it is one in at least this many windows and this share of
+#: the windows compared; its windows are listed (at most ``MAX_LISTED_WINDOWS``).
+MIN_WINDOWS = 2
+MIN_SHARE = 0.02
+MAX_LISTED_WINDOWS = 1000
+
+#: The span phases that hold each cause's time, and the words for it in a pattern.
+_PHASES_OF = {
+    "data": (("data",), "data wait"),
+    "host": (("other",), "host time"),
+    "forward": (("forward",), "forward pass"),
+    "backward": (("backward",), "backward pass"),
+    "optimizer": (("step",), "optimizer step"),
+}
+_WHOLE = (tuple(p for p in SPAN_PHASES if p != "report"), "iteration time")
+
+
+def steady(rank: Rank) -> list[int]:
+    """The rank's windows past warm-up (all of them when every window is warm-up): the one window
+    set behind every figure of the report, its headline, tables and stragglers alike."""
+    w = rank.windows
+    return [k for k in range(rank.n_windows) if not w["warmup"][k]] or list(range(rank.n_windows))
+
+
+def _figures(rank: Rank, k: int) -> RankFigures | None:
+    w = rank.windows
+    keys = ("window_iterations", "etl_ms", "compute_ms", "other_ms", "iteration_ms", "gc_total_ms", "forward_ms",
+            "backward_ms", "step_ms", "comm_ms", "wait_ms", "wait_p50_ms")
+    values: dict[str, object] = {key: w[key][k] for key in keys}
+    values["etl_source"] = "gap" if w["gap"][k] else "loader"
+    return rank_figures(rank.rank, values)
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, digits) + 0.0
+
+
+def named_stragglers(ranks: Sequence[Rank]) -> tuple[list[dict[str, Any]], int]:
+    """The run's stragglers (rank, cause, typical excess, evidence, windows, share, iterations, and
+    ``pattern`` when the time comes from some iterations only) and the number of windows compared."""
+    by_rank: dict[int, list[tuple[int, RankFigures]]] = {}
+    for rank in ranks:
+        rows = [(int(rank.windows["iteration"][k]), _figures(rank, k)) for k in steady(rank)]
+        by_rank[rank.rank] = sorted((last, f) for last, f in rows if f is not None)
+    windows = [(last, figures) for last, figures in common_windows(by_rank) if len(figures) >= 2]
+    if not windows:
+        return [], 0
+    judged, run = judge_windows([figures for _, figures in windows])
+    found: dict[tuple[int, str], list[tuple[int, Straggler]]] = {}
+    for (last, _), stragglers in zip(windows, judged, strict=True):
+        for s in stragglers:
+            found.setdefault((s.rank, s.cause), []).append((last, s))
+    analysed = len(windows)
+    needed = max(MIN_WINDOWS, math.ceil(MIN_SHARE * analysed))
+    by_number = {r.rank: r for r in ranks}
+    out: list[dict[str, Any]] = []
+    for (who, cause), items in found.items():
+        if len(items) < needed:
+            continue
+        ordered = sorted((s for _, s in items), key=lambda s: s.excess_ms)
+        typical = ordered[len(ordered) // 2]
+        out.append({"rank": who, "cause": cause, "excess_ms": _r(typical.excess_ms), "evidence": typical.evidence,
+                    "windows": len(items), "share": _r(len(items) / analysed, 3),
+                    "iterations": [i for i, _ in items[:MAX_LISTED_WINDOWS]],
+                    "pattern": _pattern(by_number[who], cause, run)})
+    out.sort(key=lambda s: (-int(s["windows"]), -float(s["excess_ms"] or 0.0)))
+    listed = {s["rank"] for s in out}
+    # a rank that costs the others time over the run without being late in most iterations of a
+    # window: work done in some iterations only (a checkpoint every n-th step)
+    for s in find_stragglers(run, typical=False):
+        if s.rank in listed:
+            continue
+        items = found.get((s.rank, s.cause), [])
+        out.append({"rank": s.rank, "cause": s.cause, "excess_ms": _r(s.excess_ms),
+                    "evidence": f"{s.evidence}, over the run", "windows": len(items),
+                    "share": _r(len(items) / analysed, 3), "iterations": [i for i, _ in items[:MAX_LISTED_WINDOWS]],
+                    "pattern": _pattern(by_number[s.rank], s.cause, run)})
+    return out, analysed
+
+
+def _pattern(rank: Rank, cause: str, run: Sequence[RankFigures]) -> str | None:
+    """When the rank's time in the cause's phases stands out, iteration by iteration (its spans)."""
+    figures = next((f for f in run if f.rank == rank.rank), None)
+    phases, words = _PHASES_OF.get(cause, _WHOLE)
+    if cause == "host" and figures is not None and figures.gap:
+        phases = ("data", "other")  # the gap before the forward pass holds the host work
+    wanted = {SPAN_PHASES.index(p) for p in phases}
+    per_iteration: dict[int, float] = {}
+    for k in range(len(rank.span_iter)):
+        if rank.span_phase[k] in wanted:
+            i = rank.span_iter[k]
+            per_iteration[i] = per_iteration.get(i, 0.0) + 1000.0 * rank.span_d[k]
+    if not per_iteration:
+        return None
+    iterations = sorted(per_iteration)
+    median_iteration = sorted(f.iteration_ms for f in run)[len(run) // 2]
+    return recurrence(iterations, [per_iteration[i] for i in iterations], max(0.1 * median_iteration, 3.0), words)
