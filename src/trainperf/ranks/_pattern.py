@@ -20,8 +20,8 @@ def recurrence(iterations: Sequence[int], values_ms: Sequence[float], floor_ms: 
     iteration, 100.2 ms of host time"``; ``None`` when fewer than :data:`MIN_SPIKES` iterations
     stand out.
 
-    An iteration stands out when its value exceeds the median by at least ``floor_ms`` and by half of
-    the largest excess; its excess over the median is what the pattern tells.
+    An iteration stands out when its value exceeds the usual one (the lower quartile) by at least
+    ``floor_ms`` and by half of the largest excess; its excess is what the pattern tells.
 
     Args:
         iterations: the iteration numbers, in order.
@@ -37,7 +37,7 @@ def recurrence(iterations: Sequence[int], values_ms: Sequence[float], floor_ms: 
         raise ValueError(f"iterations and values_ms must be as long, got {len(iterations)} and {len(values_ms)}")
     if len(values_ms) < MIN_SPIKES:
         return None
-    base = statistics.median(values_ms)
+    base = sorted(values_ms)[len(values_ms) // 4]  # the usual iteration's: work every 2nd iteration moves the median
     top = max(values_ms) - base
     cut = max(floor_ms, top / 2.0)
     spikes = [(i, v - base) for i, v in zip(iterations, values_ms, strict=True) if v - base >= cut]
@@ -45,8 +45,13 @@ def recurrence(iterations: Sequence[int], values_ms: Sequence[float], floor_ms: 
         return None
     excess = statistics.median(e for _, e in spikes)
     gaps = Counter(b[0] - a[0] for a, b in zip(spikes, spikes[1:]))
-    gap, count = gaps.most_common(1)[0]
-    if gap > 1 and count >= REGULAR_SHARE * (len(spikes) - 1):
+    gap = gaps.most_common(1)[0][0]
+    # regular: the slow iterations fall on (nearly) every gap-th iteration of those seen (spans may
+    # cover some windows only, so gaps between them are multiples of the period)
+    start = spikes[0][0]
+    due = sum(1 for i in iterations if i >= start and (i - start) % gap == 0)
+    on_time = sum(1 for i, _ in spikes if (i - start) % gap == 0)
+    if gap > 1 and on_time >= REGULAR_SHARE * len(spikes) and on_time >= REGULAR_SHARE * due:
         return f"every {_ordinal(gap)} iteration, {excess:.1f} ms of {words}"
     return f"{len(spikes)} of {len(values_ms)} iterations, {excess:.1f} ms of {words} each"
 

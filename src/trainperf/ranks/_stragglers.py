@@ -262,15 +262,14 @@ def find_stragglers(figures: Sequence[RankFigures], *, run: Sequence[RankFigures
     first = dict(zip((f.rank for f in figures), _lateness(figures, typical)[0], strict=True))
     while len(left) >= 2:
         late, _ = _lateness(left, typical)
-        i = max(range(len(left)), key=lambda k: late[k])
-        if late[i] <= margin:
+        # the latest rank past the margin that costs the others over the run or is late beyond the
+        # healthy spread; a rank within the spread stays among the others it is compared with
+        chosen = next((k for k in sorted(range(len(left)), key=lambda k: -late[k]) if late[k] > margin and (
+            costly is None or left[k].rank in costly
+            or (spread is not None and first[left[k].rank] > spread.get(left[k].rank, math.inf) + margin))), None)
+        if chosen is None:
             break
-        rank = left[i].rank
-        beyond = spread is not None and first[rank] > spread.get(rank, math.inf) + margin
-        if costly is not None and rank not in costly and not beyond:
-            break  # the latest rank is within the healthy spread: the ones behind it are too
-        named.append(left[i])
-        del left[i]
+        named.append(left.pop(chosen))
     # each straggler against the ranks not named: what it costs those who wait for it
     unnamed = [f for f in figures if f not in named]
     found = []

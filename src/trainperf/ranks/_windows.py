@@ -38,22 +38,23 @@ def common_windows(by_rank: Mapping[int, Sequence[tuple[int, RankFigures]]]) -> 
     ends = set.intersection(*({last for last, _ in by_rank[r]} for r in ranks))
     out: list[tuple[int, list[RankFigures]]] = []
     cursor = dict.fromkeys(ranks, 0)
-    previous: int | None = None
-    for end in sorted(ends):
+    # the first stretch starts where every rank's first window does
+    previous = max(by_rank[r][0][0] - by_rank[r][0][1].iterations for r in ranks)
+    for end in sorted(e for e in ends if e > previous):
         figures: list[RankFigures] = []
         for r in ranks:
             windows, k = by_rank[r], cursor[r]
             inside: list[RankFigures] = []
             while k < len(windows) and windows[k][0] <= end:
-                if previous is None or windows[k][0] > previous:
+                if windows[k][0] > previous:
                     inside.append(windows[k][1])
                 k += 1
             cursor[r] = k
             if inside:
                 figures.append(inside[0] if len(inside) == 1 else merge_figures(inside))
         lengths = {f.iterations for f in figures}
-        # every rank there, over as many iterations, and (past the first) the whole stretch
-        if len(figures) == len(ranks) and len(lengths) == 1 and (previous is None or lengths == {end - previous}):
+        # every rank there, over the whole stretch
+        if len(figures) == len(ranks) and lengths == {end - previous}:
             out.append((end, figures))
         previous = end
     return out

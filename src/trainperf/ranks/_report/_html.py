@@ -64,7 +64,8 @@ def _stragglers_table(report: dict[str, Any]) -> str:
         return "<p class=ok>No straggler: no rank arrives at the collective clearly later than the others.</p>"
     body = "".join(
         f"<tr><td>{_e(s['rank'])}</td><td class='cause {_e(s['cause'])}'>{_e(s['cause'])}</td>"
-        f"<td>{_ms(s['excess_ms'])}</td><td>{_e(s['windows'])} of {_e(report['analysed_windows'])}</td>"
+        f"<td>{_ms(s['excess_ms'])}</td><td>{_e(s['windows'])} of {_e(report['analysed_windows'])}"
+        f"{'<br>' + _e(s['pattern']) if s.get('pattern') else ''}</td>"
         f"<td>{_e(s['evidence'])}</td></tr>" for s in rows)
     return ("<table><tr><th>rank</th><th>cause</th><th>late by (ms/iteration)</th><th>windows</th>"
             f"<th>evidence</th></tr>{body}</table>")

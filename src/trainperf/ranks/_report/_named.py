@@ -71,29 +71,33 @@ def named_stragglers(ranks: Sequence[Rank]) -> tuple[list[dict[str, Any]], int]:
     analysed = len(windows)
     needed = max(MIN_WINDOWS, math.ceil(MIN_SHARE * analysed))
     by_number = {r.rank: r for r in ranks}
+    over_run = {s.rank: s for s in find_stragglers(run, typical=False)}
     out: list[dict[str, Any]] = []
     for (who, cause), items in found.items():
         if len(items) < needed:
             continue
         ordered = sorted((s for _, s in items), key=lambda s: s.excess_ms)
         typical = ordered[len(ordered) // 2]
-        out.append({"rank": who, "cause": cause, "excess_ms": _r(typical.excess_ms), "evidence": typical.evidence,
-                    "windows": len(items), "share": _r(len(items) / analysed, 3),
-                    "iterations": [i for i, _ in items[:MAX_LISTED_WINDOWS]],
-                    "pattern": _pattern(by_number[who], cause, run)})
-    out.sort(key=lambda s: (-int(s["windows"]), -float(s["excess_ms"] or 0.0)))
+        out.append(_entry(typical, items, analysed, _pattern(by_number[who], cause, run)))
     listed = {s["rank"] for s in out}
     # a rank that costs the others time over the run without being late in most iterations of a
     # window: work done in some iterations only (a checkpoint every n-th step)
-    for s in find_stragglers(run, typical=False):
-        if s.rank in listed:
-            continue
-        items = found.get((s.rank, s.cause), [])
-        out.append({"rank": s.rank, "cause": s.cause, "excess_ms": _r(s.excess_ms),
-                    "evidence": f"{s.evidence}, over the run", "windows": len(items),
-                    "share": _r(len(items) / analysed, 3), "iterations": [i for i, _ in items[:MAX_LISTED_WINDOWS]],
-                    "pattern": _pattern(by_number[s.rank], s.cause, run)})
+    for s in over_run.values():
+        if s.rank not in listed:
+            out.append(_entry(s, found.get((s.rank, s.cause), []), analysed, _pattern(by_number[s.rank], s.cause, run)))
+    for entry in out:
+        whole = over_run.get(entry["rank"])
+        if entry["pattern"] and whole is not None and whole.cause == entry["cause"]:
+            # time spent in some iterations: what it costs the others is the run's figure
+            entry["excess_ms"], entry["evidence"] = _r(whole.excess_ms), f"{whole.evidence}, over the run"
+    out.sort(key=lambda s: (-int(s["windows"]), -float(s["excess_ms"] or 0.0)))
     return out, analysed
+
+
+def _entry(s: Straggler, items: Sequence[tuple[int, Straggler]], analysed: int, pattern: str | None) -> dict[str, Any]:
+    return {"rank": s.rank, "cause": s.cause, "excess_ms": _r(s.excess_ms), "evidence": s.evidence,
+            "windows": len(items), "share": _r(len(items) / analysed, 3),
+            "iterations": [i for i, _ in items[:MAX_LISTED_WINDOWS]], "pattern": pattern}
 
 
 def _pattern(rank: Rank, cause: str, run: Sequence[RankFigures]) -> str | None:
@@ -103,11 +107,10 @@ def _pattern(rank: Rank, cause: str, run: Sequence[RankFigures]) -> str | None:
     if cause == "host" and figures is not None and figures.gap:
         phases = ("data", "other")  # the gap before the forward pass holds the host work
     wanted = {SPAN_PHASES.index(p) for p in phases}
-    per_iteration: dict[int, float] = {}
+    per_iteration: dict[int, float] = {}  # every iteration with spans: one without the phase spent none in it
     for k in range(len(rank.span_iter)):
-        if rank.span_phase[k] in wanted:
-            i = rank.span_iter[k]
-            per_iteration[i] = per_iteration.get(i, 0.0) + 1000.0 * rank.span_d[k]
+        i = rank.span_iter[k]
+        per_iteration[i] = per_iteration.get(i, 0.0) + (1000.0 * rank.span_d[k] if rank.span_phase[k] in wanted else 0.0)
     if not per_iteration:
         return None
     iterations = sorted(per_iteration)
