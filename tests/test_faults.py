@@ -57,3 +57,28 @@ def test_three_ranks_every_fault_with_batchnorm_in_a_generator_loop_and_an_inter
     intermittent = judge(tmp_path / scenarios[-1].name, scenarios[-1], plan)
     # slowed in the third and sixth of seven windows (the first is warm-up): those ending at 15 and 30
     assert intermittent.report_windows == [15, 30]
+
+
+def test_three_ranks_in_the_shapes_real_runs_have(tmp_path):
+    """Accumulation under no_sync, a checkpoint every 5th step, two slow ranks with different causes,
+    a comm hook registered before attach, ranks reporting at different frequencies."""
+    scenarios = (
+        Scenario("data", 1, accumulate=4),
+        Scenario("host", 0, delay_ms=100.0, period=5),
+        Scenario("data", 2, delay_ms=40.0, also=("forward", 1, 25.0)),
+        Scenario("hook", 2, hook_before=True),
+        Scenario("data", 1, frequencies=(5, 10, 5)),
+    )
+    plan = Plan(3, scenarios, windows=6)
+    assert run(plan, tmp_path) == [0] * plan.world
+    for s in scenarios:
+        o = judge(tmp_path / s.name, s, plan)
+        assert o.named_over_run, (s.name, o.report, o.pattern)
+        assert set(o.report) == s.named, (s.name, o.report)  # nobody else
+        for named in s.named:
+            assert f"straggler rank {named[0]} ({named[1]}" in o.headline, (s.name, o.headline)
+        if s.period > 1:
+            # 100 ms and a little: the sleep's own overshoot
+            assert o.pattern.startswith("every 5th iteration, 10") and o.pattern.endswith(" ms of host time"), o.pattern
+            continue
+        assert o.acting >= 2 and o.right >= 0.9 * o.acting, (s.name, o.wrong)
