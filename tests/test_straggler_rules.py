@@ -121,3 +121,34 @@ def test_work_every_fifth_iteration_is_named_over_the_run_with_its_pattern(tmp_p
     assert (s["rank"], s["cause"], s["pattern"]) == (0, "host", "every 5th iteration, 100.0 ms of host time")
     assert s["excess_ms"] == pytest.approx(20.0, abs=1.0)  # what it costs the others per iteration
     assert "straggler rank 0 (host" in report["cluster"] and "every 5th iteration" in report["cluster"]
+
+
+def test_a_pattern_over_spans_that_cover_some_windows_only():
+    # spans kept for iterations 1-10 and 31-40 only: the gap across the hole is a multiple of the period
+    its = list(range(1, 11)) + list(range(31, 41))
+    values = [80.0 if i % 5 == 0 else 2.0 for i in its]
+    assert recurrence(its, values, 3.0, "data wait") == "every 5th iteration, 78.0 ms of data wait"
+    # every 5th iteration's slot, but only half of them slow: not "every 5th"
+    its = list(range(1, 41))
+    half = [80.0 if i % 10 == 0 or i == 5 else 2.0 for i in its]
+    assert recurrence(its, half, 3.0, "x") == "5 of 40 iterations, 78.0 ms of x each"
+    # slow iterations next to each other are no period
+    assert recurrence(its, [80.0 if i in (7, 8, 9, 10) else 2.0 for i in its], 3.0, "x") == (
+        "4 of 40 iterations, 78.0 ms of x each")
+
+
+def test_windows_of_one_rank_alone_or_of_ranks_that_differ_are_told_apart():
+    one = [(5, RankFigures(0, 5, 1.0, None, 9.0, 0.0, 10.0))]
+    assert common_windows({0: one, 1: []}) == [(5, [one[0][1]])]
+    assert judge_windows([[one[0][1]]]) == ([], [])  # one rank: nothing to compare
+    a, b = timed(0, 5.0), timed(1, 5.0)
+    with pytest.raises(ValueError, match="same ranks"):
+        judge_windows([[a, b], [b, a]])
+
+
+def test_the_healthy_spread_is_the_other_ranks_lateness_not_the_ranks_own():
+    # rank 2 is once late by 40 ms; the others never more than 5: its own worst is not its threshold
+    windows = [[timed(0, 10.0), timed(1, 10.0 + (5.0 if k % 2 else 0.0)), timed(2, 10.0)] for k in range(40)]
+    windows[20] = [timed(0, 50.0), timed(1, 50.0), timed(2, 10.0, backward=50.0)]
+    judged, _ = judge_windows(windows)
+    assert [k for k, s in enumerate(judged) if s] == [20]
