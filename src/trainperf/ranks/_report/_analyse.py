@@ -175,6 +175,7 @@ def _rank_entry(rank: Rank, silent_since: float | None) -> dict[str, Any]:
         "ended": rank.meta.get("ended"),
         "timeline_windows": rank.meta.get("timeline_windows"),
         "timeline_capped": rank.meta.get("timeline_capped", False),
+        "collectives_untimed": rank.meta.get("collectives_untimed"),
         "skipped_lines": sum(rank.skipped.values()),
         "skipped": dict(rank.skipped),
         "unreadable": dict(rank.unreadable),
@@ -249,6 +250,15 @@ def _stragglers(ranks: Sequence[Rank]) -> tuple[list[dict[str, Any]], int]:
                     "iterations": [i for i, _ in items[:MAX_LISTED_WINDOWS]]})
     out.sort(key=lambda s: (-int(s["windows"]), -float(s["excess_ms"] or 0.0)))
     return out, analysed
+
+
+def _untimed(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ranks whose collectives were not timed, grouped by why (how FSDP shards the model)."""
+    by_why: dict[str, list[int]] = {}
+    for e in entries:
+        if e["collectives_untimed"] is not None:
+            by_why.setdefault(e["collectives_untimed"], []).append(e["rank"])
+    return [{"why": why, "ranks": ranks} for why, ranks in sorted(by_why.items(), key=lambda kv: kv[1])]
 
 
 def _clocks(ranks: Sequence[Rank]) -> list[dict[str, Any]]:
@@ -480,6 +490,7 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
         "world": _world(entries),
         "ranks": entries,
         "stragglers": stragglers,
+        "collectives_untimed": _untimed(entries),
         "clocks": _clocks(ranks),
         "silent": [{"rank": r, "since": t} for r, t in sorted(silent.items())],
         "windows": windows,
