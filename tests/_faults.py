@@ -23,7 +23,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -42,12 +42,14 @@ class Scenario:
     loop: str = "loader"  # or "generator"
     bn: bool = False
     every: int = 1  # the rank is slowed in one window of every ``every`` (intermittent when > 1)
+    wrap: str = "ddp"  # how the model is wrapped: a key of WRAPS
 
     @property
     def name(self) -> str:
         bn = "-bn" if self.bn else ""
         every = f"-1of{self.every}" if self.every > 1 else ""
-        return f"{self.fault}-r{self.slow_rank}-{self.loop}{bn}{every}"
+        wrap = f"-{self.wrap}" if self.wrap != "ddp" else ""
+        return f"{self.fault}-r{self.slow_rank}-{self.loop}{bn}{every}{wrap}"
 
     @property
     def expected(self) -> str | None:
@@ -61,6 +63,16 @@ class Plan:
     windows: int = 8  # steady windows per scenario, after one warm-up window
     frequency: int = 5
     delay_s: float = 0.025
+
+
+def _ddp(net: Any) -> Any:
+    import torch
+
+    return torch.nn.parallel.DistributedDataParallel(net)
+
+
+#: How a scenario's model is wrapped, by ``Scenario.wrap`` (other runners add theirs before forking).
+WRAPS: dict[str, Callable[[Any], Any]] = {"ddp": _ddp}
 
 
 def _slowed(scenario: Scenario, rank: int, iteration: int, frequency: int) -> bool:
@@ -140,7 +152,7 @@ def _run_scenario(rank, out, plan, scenario, heap, gc_per_object, torch, dist, l
             yield torch.randn(8, 16), torch.randn(8, 1)
 
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(Net())
+    model = WRAPS[scenario.wrap](Net())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     if scenario.fault == "optimizer":
         opt.register_step_pre_hook(lambda *_: time.sleep(delay) if slowed() else None)
