@@ -24,7 +24,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ class Scenario:
     also: tuple[str, int, float] | None = None  # a second fault: (fault, rank, delay in ms), every iteration
     frequencies: tuple[int, ...] = ()  # each rank's listener frequency, else the plan's
     hook_before: bool = False  # the ``hook`` fault's comm hook is registered before attach (DDP's usual order)
+    wrap: str = "ddp"  # how the model is wrapped: a key of WRAPS
 
     @property
     def name(self) -> str:
@@ -61,7 +62,8 @@ class Scenario:
         shape += f"-and-{self.also[0]}-r{self.also[1]}" if self.also else ""
         shape += "-freq" + "_".join(map(str, self.frequencies)) if self.frequencies else ""
         shape += "-before" if self.hook_before else ""
-        return f"{self.fault}-r{self.slow_rank}-{self.loop}{bn}{every}{accumulate}{shape}"
+        wrap = f"-{self.wrap}" if self.wrap != "ddp" else ""
+        return f"{self.fault}-r{self.slow_rank}-{self.loop}{bn}{every}{accumulate}{shape}{wrap}"
 
     @property
     def named(self) -> set[tuple[int, str]]:
@@ -83,6 +85,16 @@ class Plan:
     windows: int = 8  # steady windows per scenario, after one warm-up window
     frequency: int = 5
     delay_s: float = 0.025
+
+
+def _ddp(net: Any) -> Any:
+    import torch
+
+    return torch.nn.parallel.DistributedDataParallel(net)
+
+
+#: How a scenario's model is wrapped, by ``Scenario.wrap`` (other runners add theirs before forking).
+WRAPS: dict[str, Callable[[Any], Any]] = {"ddp": _ddp}
 
 
 def _slowed(scenario: Scenario, rank: int, iteration: int, frequency: int) -> bool:
@@ -178,7 +190,7 @@ def _run_scenario(rank, out, plan, scenario, heap, gc_per_object, torch, dist, l
             yield torch.randn(rows, 16), torch.randn(rows, 1)
 
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(Net())
+    model = WRAPS[scenario.wrap](Net())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     opt.register_step_pre_hook(lambda *_: sleep("optimizer"))
     frequency = scenario.frequencies[rank] if scenario.frequencies else plan.frequency

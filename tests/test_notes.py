@@ -3,7 +3,7 @@ a clean run."""
 
 from __future__ import annotations
 
-from trainperf.ranks._report._notes import read_notes
+from trainperf.ranks._report._notes import ranks_words, read_notes
 
 
 def rank(r: int = 0, **fields) -> dict:
@@ -50,3 +50,20 @@ def test_one_run_and_a_stride_of_one_say_nothing():
     notes = read_notes({"ranks": [rank(0, attempts=[{"first": 1, "last": 9, "windows": 9}], attempts_total=1,
                                        window_stride=1, spans_not_read=0)]})
     assert notes == []
+
+
+def test_untimed_collectives_come_first_one_line_per_reason_with_their_ranks():
+    report = {"ranks": [rank(0)], "missing_ranks": [3], "missing_ranks_total": 1,
+              "collectives_untimed": [{"why": "FSDP2: fully_shard", "ranks": [0, 1, 2]},
+                                      {"why": "FSDP: FullyShardedDataParallel", "ranks": [4]}]}
+    tail = ("stragglers are named only from what precedes the collectives (data wait, host time after the step, "
+            "GC); a late forward pass, backward pass or optimizer step names no rank")
+    assert read_notes(report) == [f"collectives not timed (FSDP2: fully_shard) on ranks 0-2: {tail}",
+                                  f"collectives not timed (FSDP: FullyShardedDataParallel) on rank 4: {tail}",
+                                  "1 rank without a folder: 3"]
+
+
+def test_ranks_are_named_as_ranges_and_past_twenty_ranges_counted():
+    assert ranks_words([5, 0, 1, 2, 7, 8]) == "ranks 0-2, 5, 7-8"
+    assert ranks_words([3]) == "rank 3"
+    assert ranks_words(list(range(0, 60, 2))) == "ranks " + ", ".join(map(str, range(0, 40, 2))) + " and 10 more"

@@ -81,6 +81,37 @@ def test_slow_forward_under_lock_step_is_a_forward_straggler_when_forward_is_rec
     assert report["ranks"][2]["forward_ms"] == 35.0
 
 
+def _untimed(run_dir, ranks=3, **kw):
+    """An FSDP-like run: lock-step, nothing of the step timed, every rank's meta data saying so."""
+    from _simulate import run_dir_sink
+
+    for listener in simulate(run_dir, ranks=ranks, iterations=100, timed=False, **kw):
+        run_dir_sink(listener).set_collectives_untimed("FSDP2: fully_shard")
+    return build_report(run_dir)
+
+
+def test_untimed_collectives_name_a_late_data_rank_and_a_late_forward_names_nobody(tmp_path):
+    """Without timed collectives the comparison is what precedes them: a slow loader shows on its own
+    rank, a slow forward pass only makes the others' steps as long as its own."""
+    report = _untimed(tmp_path / "data", etl_ms=lambda r, i: 30.0 if r == 1 else 2.0)
+    assert [(s["rank"], s["cause"]) for s in report["stragglers"]] == [(1, "data")]
+    assert _untimed(tmp_path / "forward", forward_ms=lambda r, i: 40.0 if r == 1 else 10.0)["stragglers"] == []
+
+
+def test_the_report_says_which_ranks_collectives_were_not_timed_and_what_that_leaves_out(tmp_path):
+    report = _untimed(tmp_path)
+    assert report["collectives_untimed"] == [{"why": "FSDP2: fully_shard", "ranks": [0, 1, 2]}]
+    assert [r["collectives_untimed"] for r in report["ranks"]] == ["FSDP2: fully_shard"] * 3
+    line = ("collectives not timed (FSDP2: fully_shard) on ranks 0-2: stragglers are named only from what "
+            "precedes the collectives (data wait, host time after the step, GC); a late forward pass, backward "
+            "pass or optimizer step names no rank")
+    write_report(tmp_path, tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert f"<li>{line}</li>" in page  # among the notes
+    assert f"<p class=note>C{line[1:]}.</p>" in page  # and beside the stragglers
+    assert build_report(slow_loader(tmp_path / "ddp"))["collectives_untimed"] == []
+
+
 def test_clock_offsets_put_the_same_iteration_at_the_same_aligned_time(tmp_path):
     simulate(tmp_path, ranks=3, iterations=60, shifts={1: 5.0, 2: -3.25}, clock_estimates=True)
     report = build_report(tmp_path)

@@ -189,3 +189,16 @@ def test_a_sink_moves_to_the_rank_set_before_it_wrote_lines(tmp_path):
     with pytest.raises(ValueError, match="cannot move"):
         sink.set_rank(3)
     sink.close()
+
+
+def test_untimed_collectives_are_written_to_the_meta_data_at_once_and_kept_at_close(tmp_path):
+    sink = RunDirSink(tmp_path, rank=1, wall_clock=lambda: BASE)
+    with pytest.raises(ValueError, match="why must be a non-empty str, got ''"):
+        sink.set_collectives_untimed("")
+    assert "collectives_untimed" not in json.loads((tmp_path / "rank-1" / "meta.json").read_text())
+    sink.set_collectives_untimed("FSDP2: fully_shard")
+    assert json.loads((tmp_path / "rank-1" / "meta.json").read_text())["collectives_untimed"] == "FSDP2: fully_shard"
+    sink.close()
+    meta = json.loads((tmp_path / "rank-1" / "meta.json").read_text())
+    assert meta["collectives_untimed"] == "FSDP2: fully_shard" and meta["ended"] == BASE
+    assert load_run(tmp_path)[0].meta["collectives_untimed"] == "FSDP2: fully_shard"

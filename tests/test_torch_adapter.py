@@ -649,7 +649,7 @@ def test_a_rank_that_joins_its_cluster_times_collectives_and_its_iterable_and_on
     for _ in range(2):
         sgd_step(model, opt, torch.ones(8, 4))
     assert lst.rank == 1
-    assert calls == ([(lst, model, None)] if joined else [])  # no DDP given: found from the forward
+    assert calls == ([(lst, model, None, None)] if joined else [])  # no DDP or FSDP given: found from the forward
     assert (handle._gap is not None) is joined and handle._collective_pending is False
     handle.detach()
 

@@ -39,7 +39,7 @@ from ..sinks import LoggerSink
 from ..torch import shared
 from ..torch.shared import StepFlopCounter, TrainingSetup
 from ._compat import callback_base
-from ._trainer import ddp_of, lightning_flops, number_format, samples_reader
+from ._trainer import ddp_of, fsdp_of, lightning_flops, number_format, samples_reader
 
 if TYPE_CHECKING:
     from pytorch_lightning import Callback as _CallbackBase
@@ -144,7 +144,8 @@ class PerformanceCallback(_CallbackBase):
                                               lightning_flops(trainer, pl_module))
         self._timeline = listener.timeline
         # a no-op without an initialised process group
-        if getattr(trainer, "world_size", 1) > 1 and setup.join(trainer.global_rank, pl_module, ddp_of(trainer)):
+        if getattr(trainer, "world_size", 1) > 1 and setup.join(trainer.global_rank, pl_module, ddp_of(trainer),
+                                                                 fsdp_of(trainer, pl_module)):
             self._collective = setup.collective
             self._wrap_loop_collective(trainer)
         # Manual optimization may step several optimizers per batch (a GAN): an iteration is a batch

@@ -1,5 +1,5 @@
 """What the callback reads from Lightning's trainer and module: how to count a batch's samples, the
-DDP model, FLOPs per step and the number format."""
+DDP model or the FSDP that shards it, FLOPs per step and the number format."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from typing import Any
 
 import torch
 
-from ..torch.shared import batch_size, step_format
+from ..torch.shared import batch_size, find_fsdp, step_format
 
-__all__ = ["ddp_of", "lightning_flops", "number_format", "samples_reader"]
+__all__ = ["ddp_of", "fsdp_of", "lightning_flops", "number_format", "samples_reader"]
+
+#: How the run directory names Lightning's FSDP strategy.
+LIGHTNING_FSDP = "FSDP: Lightning's FSDPStrategy"
 
 
 def samples_reader(combined: Any) -> Callable[[Any], int | None]:
@@ -37,6 +40,16 @@ def ddp_of(trainer: Any) -> Any:
     """The trainer's ``DistributedDataParallel`` model, else ``None`` (FSDP, a single device)."""
     model = getattr(getattr(trainer, "strategy", None), "model", None)
     return model if isinstance(model, torch.nn.parallel.DistributedDataParallel) else None
+
+
+def fsdp_of(trainer: Any, pl_module: Any = None) -> str | None:
+    """How FSDP shards the trainer's model: Lightning's ``FSDPStrategy`` (of either package, or a
+    subclass), else what :func:`trainperf.torch.shared.find_fsdp` finds in the strategy's model or
+    ``pl_module`` (FSDP2 applied in ``configure_model``); ``None`` without FSDP."""
+    strategy = getattr(trainer, "strategy", None)
+    if any(cls.__name__ == "FSDPStrategy" for cls in type(strategy).__mro__):
+        return LIGHTNING_FSDP
+    return find_fsdp(pl_module, getattr(strategy, "model", None))
 
 
 def lightning_flops(trainer: Any, pl_module: Any) -> float | None:

@@ -271,6 +271,20 @@ class RunDirSink:
         self._meta.update(rank=rank, world_size=self.world_size)
         self._write_meta()
 
+    def set_collectives_untimed(self, why: str) -> None:
+        """Say in ``meta.json`` (now, and again at close) that this rank's collectives are not timed,
+        and why (``"FSDP2: fully_shard"``, say): the report then says its stragglers are named from
+        what precedes the collectives only.
+
+        Raises:
+            ValueError: ``why`` is not a non-empty str.
+        """
+        if not isinstance(why, str) or not why:
+            raise ValueError(f"why must be a non-empty str, got {why!r}")
+        if self._meta.get("collectives_untimed") != why:
+            self._meta["collectives_untimed"] = why
+            self._write_meta()
+
     # ------------------------------------------------------------------ teardown
     def close(self) -> None:
         """Close the files and write ``ended`` (and ``timeline_capped``) to ``meta.json``. Idempotent."""

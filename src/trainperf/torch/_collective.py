@@ -37,7 +37,7 @@ from torch import is_grad_enabled
 
 from ._launches import LaunchWatch
 
-__all__ = ["CollectiveTimer", "find_ddp"]
+__all__ = ["CollectiveTimer", "find_ddp", "wrapper_on_stack"]
 
 _ENGINE: Any = torch.autograd.Variable._execution_engine
 
@@ -48,12 +48,17 @@ def find_ddp(model: torch.nn.Module) -> Any:
     ddp_type = torch.nn.parallel.DistributedDataParallel
     if isinstance(model, ddp_type):
         return model
-    frame: Any = sys._getframe(1)
+    return wrapper_on_stack(model, ddp_type, sys._getframe(1))
+
+
+def wrapper_on_stack(model: torch.nn.Module, wrapper_type: type, frame: Any) -> Any:
+    """The instance of ``wrapper_type`` (a wrapper with a ``module``: DDP, FSDP1) whose method is
+    running in ``frame`` or one of the 40 frames that called it, and that wraps ``model``; else ``None``."""
     for _ in range(40):
         if frame is None:
             break
         owner = frame.f_locals.get("self")
-        if isinstance(owner, ddp_type) and _wraps(owner, model):
+        if isinstance(owner, wrapper_type) and _wraps(owner, model):
             return owner
         frame = frame.f_back
     return None
@@ -74,11 +79,15 @@ class CollectiveTimer:
         add_time: the listener's ``add_time(name, seconds)``.
         add_sample: the listener's ``add_sample(name, seconds)``, for the wait (once per iteration).
         clock: the listener's clock (its own time left out).
+        untimed: why the collectives are not timed (the FSDP that shards the model, see
+            :mod:`trainperf.torch._fsdp`), with ``ddp`` ``None``: then nothing is timed, and the
+            adapters do not tap the forward pass either.
     """
 
     def __init__(self, ddp: Any, add_time: Callable[[str, float], None], add_sample: Callable[[str, float], None],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], *, untimed: str | None = None) -> None:
         self.ddp = ddp
+        self.untimed = untimed
         self.clock = clock
         self._add = add_time
         self._add_sample = add_sample

@@ -27,6 +27,7 @@ from ._cluster import Cluster
 from ._collective import CollectiveTimer, find_ddp
 from ._cuda import AllocatorCounters, CudaTimeline, alloc_retries_reader, memory_probe
 from ._flops import StepFlopCounter
+from ._fsdp import find_fsdp, say_untimed
 from ._nvml import nvml_probe
 from ._registry import hooked_step_levels
 from ._tap import tap_of, untap
@@ -118,20 +119,22 @@ class TrainingSetup(Teardown):
             listener.set_step_threads(torch.get_num_threads())
         return counter
 
-    def join(self, rank: int | None, model: torch.nn.Module | None = None, ddp: Any = None) -> bool:
+    def join(self, rank: int | None, model: torch.nn.Module | None = None, ddp: Any = None,
+             fsdp: str | None = None) -> bool:
         """This process is ``rank`` of a multi-rank run: link the listener to the other ranks and, when
         they are linked and a ``model`` is given, time its forwards and its DDP's collectives (kept as
-        :attr:`collective`). Whether the ranks are linked (never without a process group)."""
+        :attr:`collective`; under FSDP, ``fsdp`` saying how, nothing: see :func:`time_collectives`).
+        Whether the ranks are linked (never without a process group)."""
         self.listener.set_rank(rank)
         joined = join_cluster(self.listener)
         if joined and model is not None:
-            self.time_collectives(model, ddp)
+            self.time_collectives(model, ddp, fsdp)
         return joined
 
-    def time_collectives(self, model: torch.nn.Module, ddp: Any = None) -> CollectiveTimer:
+    def time_collectives(self, model: torch.nn.Module, ddp: Any = None, fsdp: str | None = None) -> CollectiveTimer:
         """Time ``model``'s forwards and its DDP's collectives (see :func:`time_collectives`) until the
         listener closes."""
-        self.collective = time_collectives(self.listener, model, ddp)
+        self.collective = time_collectives(self.listener, model, ddp, fsdp)
         return self.collective
 
     def watch_loader(self, observer: loop_hooks.LoopObserver, loader_of: Callable[[], Any] | None = None) -> None:
@@ -232,13 +235,27 @@ def join_cluster(listener: PerformanceListener) -> bool:
     return True
 
 
-def time_collectives(listener: PerformanceListener, model: torch.nn.Module, ddp: Any = None) -> CollectiveTimer:
+def time_collectives(listener: PerformanceListener, model: torch.nn.Module, ddp: Any = None,
+                     fsdp: str | None = None) -> CollectiveTimer:
     """Time ``model``'s training forward passes and, when it runs under ``ddp`` (a
     ``DistributedDataParallel``, found when ``model``'s forward is running inside it), the
     collectives around them (see :class:`trainperf.torch._collective.CollectiveTimer`). The timing
-    stops when the listener closes."""
+    stops when the listener closes.
+
+    Under FSDP (``fsdp`` says how, as :func:`trainperf.torch._fsdp.find_fsdp` names it; found in
+    ``model`` and the calling frames when not given) nothing is timed, the forward pass neither: it
+    holds FSDP's all-gather, where the others wait for a late rank. That is said once (a warning,
+    and the run directory's meta data), and the timer returned times nothing (its ``untimed`` says why).
+    """
     if ddp is None:
         ddp = find_ddp(model)
+    if ddp is not None:
+        fsdp = None
+    elif fsdp is None:
+        fsdp = find_fsdp(model)
+    if fsdp is not None:
+        say_untimed(listener, fsdp)
+        return CollectiveTimer(None, listener.add_time, listener.add_sample, listener.clock, untimed=fsdp)
     inner: torch.nn.Module = ddp.module if ddp is not None and model is ddp else model  # type: ignore[assignment]
     timer = CollectiveTimer(ddp, listener.add_time, listener.add_sample, listener.clock)
     tap = tap_of(inner)

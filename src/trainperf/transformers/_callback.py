@@ -24,7 +24,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from transformers import TrainerCallback
 
 from ..base import check_bool
@@ -40,7 +39,7 @@ from ..torch.shared import (
     step_format,
     token_counter,
 )
-from ._trainer import find_trainer, wrap_steps, wrap_training_loop
+from ._trainer import collective_model, find_trainer, wrap_steps, wrap_training_loop
 
 __all__ = ["PerformanceCallback"]
 
@@ -116,10 +115,8 @@ class PerformanceCallback(TrainerCallback):
         device = _device_of(model)
         self._flops = setup.use_device(device, None, _number_format(args, model, device))
         if getattr(args, "world_size", 1) > 1:
-            ddp = getattr(trainer, "model_wrapped", None)
-            ddp = ddp if isinstance(ddp, torch.nn.parallel.DistributedDataParallel) else None
-            timed = None if ddp is None else model if model is not None else ddp.module  # DDP's collectives only
-            setup.join(getattr(args, "process_index", None), timed, ddp)  # a no-op without a process group
+            timed, ddp, fsdp = collective_model(trainer, model)
+            setup.join(getattr(args, "process_index", None), timed, ddp, fsdp)  # a no-op without a process group
             self._collective = setup.collective
         setup.watch_loader(self)
         setup.use_loader(getattr(train_dataloader, "base_dataloader", train_dataloader))  # accelerate's shard wraps it

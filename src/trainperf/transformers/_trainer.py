@@ -10,7 +10,8 @@ A few things only the Trainer has are needed:
   wait), not doing host work;
 * ``evaluate`` and ``_save_checkpoint``: their time is reported on its own (``eval_ms``,
   ``checkpoint_ms``);
-* ``model_wrapped``: the ``DistributedDataParallel`` whose collectives are timed;
+* ``model_wrapped``: the ``DistributedDataParallel`` whose collectives are timed, or the FSDP model
+  whose collectives are not (said once);
 * ``_inner_training_loop``: however ``train()`` ends (an exception, ``KeyboardInterrupt``), the
   callback removes its hooks and closes its listener.
 
@@ -25,9 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..torch.shared import Teardown
+import torch
 
-__all__ = ["find_trainer", "wrap_steps", "wrap_training_loop"]
+from ..torch.shared import Teardown, find_fsdp
+
+__all__ = ["collective_model", "find_trainer", "wrap_steps", "wrap_training_loop"]
 
 #: How far up the call stack the Trainer is looked for (its ``__init__`` or training loop, then the
 #: callback handler's ``call_event`` and the event method).
@@ -120,3 +123,17 @@ def wrap_steps(trainer: Any, callback: Trainee, wrappers: Teardown) -> None:
     wrappers.wrap(getattr(trainer, "accelerator", None), "gather", gathered)
     wrappers.wrap(trainer, "evaluate", spans("eval"))
     wrappers.wrap(trainer, "_save_checkpoint", spans("checkpoint"))
+
+
+def collective_model(trainer: Any, model: Any) -> tuple[Any, Any, str | None]:
+    """What a multi-rank training times around its collectives, as ``(model, ddp, fsdp)`` for
+    :meth:`~trainperf.torch.shared.TrainingSetup.join`: the ``model_wrapped`` DDP's forwards and
+    collectives; under FSDP (``model_wrapped`` or ``model`` sharded; ``fsdp`` says how) nothing, said
+    once; otherwise nothing (``model`` ``None``)."""
+    wrapped = getattr(trainer, "model_wrapped", None)
+    if isinstance(wrapped, torch.nn.parallel.DistributedDataParallel):
+        return (model if model is not None else wrapped.module), wrapped, None
+    fsdp = find_fsdp(model, wrapped)
+    if fsdp is not None:
+        return (model if model is not None else wrapped), None, fsdp
+    return None, None, None

@@ -170,6 +170,7 @@ def _rank_entry(rank: Rank, silent_since: float | None) -> dict[str, Any]:
         "ended": rank.meta.get("ended"),
         "timeline_windows": rank.meta.get("timeline_windows"),
         "timeline_capped": rank.meta.get("timeline_capped", False),
+        "collectives_untimed": rank.meta.get("collectives_untimed"),
         "skipped_lines": sum(rank.skipped.values()),
         "skipped": dict(rank.skipped),
         "unreadable": dict(rank.unreadable),
@@ -195,6 +196,15 @@ def missing_ranks(ranks: Sequence[Rank]) -> list[int]:
     sizes = [r.meta["world_size"] for r in ranks if isinstance(r.meta.get("world_size"), int)]
     world = max([max(present) + 1, *(s for s in sizes if 0 < s <= 1 << 20)])
     return [r for r in range(world) if r not in present]
+
+
+def _untimed(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ranks whose collectives were not timed, grouped by why (how FSDP shards the model)."""
+    by_why: dict[str, list[int]] = {}
+    for e in entries:
+        if e["collectives_untimed"] is not None:
+            by_why.setdefault(e["collectives_untimed"], []).append(e["rank"])
+    return [{"why": why, "ranks": ranks} for why, ranks in sorted(by_why.items(), key=lambda kv: kv[1])]
 
 
 def _clocks(ranks: Sequence[Rank]) -> list[dict[str, Any]]:
@@ -433,6 +443,7 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
         "world": _world(entries),
         "ranks": entries,
         "stragglers": stragglers,
+        "collectives_untimed": _untimed(entries),
         "clocks": _clocks(ranks),
         "silent": [{"rank": r, "since": t} for r, t in sorted(silent.items())],
         "windows": windows,

@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ...records import counted
-from ._notes import read_notes
+from ._notes import read_notes, untimed_lines
 
 __all__ = ["render_html", "script_json"]
 
@@ -41,7 +41,12 @@ def _notes(report: dict[str, Any]) -> str:
     if not notes:
         return "<p class=note>Every file of every rank was read whole.</p>"
     items = "".join(f"<li>{_e(n)}</li>" for n in notes)
-    return f"<h2>What could not be read</h2><ul class=notes>{items}</ul>"
+    return f"<h2>What could not be read or timed</h2><ul class=notes>{items}</ul>"
+
+
+def _untimed(report: dict[str, Any]) -> str:
+    """Beside the stragglers: which ranks' collectives were not timed, and what that leaves out."""
+    return "".join(f"<p class=note>{_e(line[0].upper() + line[1:])}.</p>" for line in untimed_lines(report))
 
 
 def _ms(value: Any) -> str:
@@ -391,6 +396,7 @@ compared across ranks.<br>
 times are equal; the rank that waits least in them arrives last and holds the others back. Its cause is the phase
 of its own time that exceeds the other ranks' median most: data, forward, backward, optimizer, host, gc or
 communication.</p>
+{_untimed(report)}
 {_stragglers_table(report)}
 <h2>Silent ranks</h2>
 {_silent_list(report)}

@@ -277,6 +277,9 @@ def _read_meta(path: Path, unreadable: Unreadable) -> dict[str, Any]:
     for key in ("started", "ended"):
         meta[key] = wall(raw.get(key))
     meta["timeline_capped"] = raw.get("timeline_capped") is True
+    untimed = _text(raw.get("collectives_untimed"))
+    if untimed:  # written only by a rank whose collectives are not timed (FSDP)
+        meta["collectives_untimed"] = untimed
     return meta
 
 

@@ -1,6 +1,6 @@
-"""What a report could not read, in plain words: skipped lines and unreadable files per rank, missing
-and duplicated ranks, ranks restarted into their folder. The HTML page and the command line say the
-same lines."""
+"""What a report could not read or see, in plain words: ranks whose collectives were not timed (FSDP),
+skipped lines and unreadable files per rank, missing and duplicated ranks, ranks restarted into their
+folder. The HTML page and the command line say the same lines."""
 
 from __future__ import annotations
 
@@ -10,10 +10,34 @@ from ...records import counted
 
 __all__: list[str] = []
 
+#: Rank ranges named in a note; the rest are counted.
+MAX_RANGES = 20
+
+
+def ranks_words(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``"ranks 0-2, 5"``; one rank as ``"rank 3"``; past :data:`MAX_RANGES` ranges,
+    the rest counted."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    named = [str(a) if a == b else f"{a}-{b}" for a, b in runs[:MAX_RANGES]]
+    rest = sum(b - a + 1 for a, b in runs[MAX_RANGES:])
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(named) + (f" and {rest:,} more" if rest else "")
+
+
+def untimed_lines(report: dict[str, Any]) -> list[str]:
+    """One line per reason the collectives of some ranks were not timed (FSDP)."""
+    return [f"collectives not timed ({u['why']}) on {ranks_words(u['ranks'])}: stragglers are named only from "
+            "what precedes the collectives (data wait, host time after the step, GC); a late forward pass, "
+            "backward pass or optimizer step names no rank" for u in report.get("collectives_untimed") or []]
+
 
 def read_notes(report: dict[str, Any]) -> list[str]:
     """One line per thing the report left out or could not tell apart; none for a clean run."""
-    notes: list[str] = []
+    notes = untimed_lines(report)
     missing, total = report.get("missing_ranks") or [], report.get("missing_ranks_total") or 0
     if total:
         named = ", ".join(map(str, missing)) + (f" and {total - len(missing):,} more" if total > len(missing) else "")
