@@ -3,6 +3,8 @@ offset it posts back (the arithmetic itself is in ``test_gather.py``)."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 pytest.importorskip("torch")
@@ -31,6 +33,7 @@ class ScriptedStore:
 
 def test_the_clock_estimate_keeps_the_shortest_round_trip():
     from trainperf.torch import _cluster_roles
+    from trainperf.torch._cluster import Cluster
 
     # (sent, back) on rank 0's clock per ping, and the peer's reading in between; the peer runs 2 s behind
     trips = [(10.0, 10.010), (11.0, 11.002), (12.0, 12.0004), (13.0, 13.006)]
@@ -42,15 +45,18 @@ def test_the_clock_estimate_keeps_the_shortest_round_trip():
         _store = ScriptedStore(theirs)
         timeout_s = 1.0
         _run_dir = None
+        _closing = _halt = threading.Event()
         offsets: dict = {}
+        _await, _has = Cluster._await, Cluster._has
 
         @staticmethod
         def _wall():
             return next(readings)
 
+    link = Link()
     leader = _cluster_roles.Leader.__new__(_cluster_roles.Leader)
-    leader.link, leader.store, leader.rounds = Link, Link._store, {}
+    leader.link, leader.store, leader.rounds = link, link._store, {}
     leader._align(1)
-    offset, uncertainty = Link.offsets[1]
+    offset, uncertainty = link.offsets[1]
     assert offset == pytest.approx(2.0) and uncertainty == pytest.approx(0.0002)  # the third ping's
-    assert Link._store.data["offset/1/0"] == f"{offset!r},{uncertainty!r}"
+    assert link._store.data["offset/1/0"] == f"{offset!r},{uncertainty!r}"

@@ -69,7 +69,8 @@ class Rank(threading.Thread):
 
 def run_ranks(store, world: int, ranks, run_dir, **options) -> tuple[dict[int, Rank], list[str]]:
     """Run ``ranks`` to their end; the ranks and every warning any of them gave."""
-    per_rank = {k: options.pop(k) for k in ("every", "frequency", "close") if k in options}
+    per_rank = {k: options.pop(k) for k in ("every", "frequency", "close", "pause_s")
+                if isinstance(options.get(k), dict)}
     barrier = threading.Barrier(len(list(ranks)))
     threads = {}
     for r in ranks:
@@ -109,6 +110,7 @@ def test_closing_sends_every_ranks_files_without_a_warning_whatever_the_report_c
     assert [e["kind"] for e in events] == ["cluster"] * len(cluster0.lines)
     report = build_report(tmp_path)
     assert [(s["rank"], s["cause"]) for s in report["stragglers"]] == [(2, "data")]
+    assert not any(r.cluster._thread.is_alive() for r in ranks.values())  # closed: no store call of ours left
 
 
 def test_a_run_shorter_than_the_link_takes_to_form_still_sends_files_and_clocks(tmp_path):
@@ -157,13 +159,18 @@ def test_ranks_at_other_rates_never_block_or_warn(tmp_path):
         assert (tmp_path / f"rank-{r}" / "meta.json").exists()
 
 
-def test_a_rank_that_never_closes_holds_rank_zero_at_most_the_timeout_and_is_named(tmp_path):
+def silent_events(run_dir) -> dict[int, str]:
+    """Rank 0's ``silent`` events: rank -> why."""
+    events = [json.loads(line) for line in (run_dir / "rank-0" / "events.jsonl").read_text().splitlines()]
+    return {e["rank"]: e["why"] for e in events if e["kind"] == "silent"}
+
+
+def test_a_rank_that_never_closes_holds_rank_zero_at_most_the_timeout_and_is_named_alive(tmp_path):
     ranks, messages = run_ranks(dist.HashStore(), 3, range(3), tmp_path, iterations=6, close={2: False})
     assert TIMEOUT_S * 0.9 < ranks[0].took < TIMEOUT_S + 1.0 and ranks[1].took < 0.5
     assert list(ranks[0].cluster.silent) == [2]
-    assert len(messages) == 1 and "rank 2 did not close" in messages[0], messages
-    events = [json.loads(line) for line in (tmp_path / "rank-0" / "events.jsonl").read_text().splitlines()]
-    assert any(e["kind"] == "silent" and e["rank"] == 2 for e in events)
+    assert len(messages) == 1 and "rank 2 did not close within 1 s, though alive" in messages[0], messages
+    assert list(silent_events(tmp_path)) == [2] and "though alive" in silent_events(tmp_path)[2]
     assert [s["rank"] for s in build_report(tmp_path)["silent"]] == [2]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # closed from this thread, not its own
@@ -188,10 +195,142 @@ def test_a_rank_whose_link_dies_is_marked_silent_during_the_run(tmp_path):
         listener0.record_iteration(8)  # the sink call after the detection says it
         listener0.close()
     assert list(ranks[0].cluster.silent) == [1]
-    assert any("rank 1 went silent" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    said = [str(w.message) for w in caught]
+    assert any("rank 1 went silent: no heartbeat for" in m for m in said), said
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ranks[1].listener.close()
+
+
+def test_no_clock_round_at_close_when_the_last_gather_is_due_for_one(tmp_path):
+    """Rank 0's tenth and last gather is a clock round, reached after the others have closed: it starts
+    no round with ranks that said goodbye, so its close takes no part of the (long) timeout."""
+    timeout_s = 5.0
+    # 40 iterations, a report every 2, a gather every 2 reports: 10 gathers; rank 0 pauses before its last
+    ranks, messages = run_ranks(dist.HashStore(), 3, range(3), tmp_path, iterations=40, timeout_s=timeout_s,
+                                pause_at=38, pause_s={0: 1.0})
+    assert messages == []
+    assert not ranks[0].is_alive() and ranks[0].took < 0.2 * timeout_s, ranks[0].took
+    assert ranks[0].cluster.silent == {} and ranks[0].cluster.joined == {1, 2}
+    assert sorted(ranks[0].cluster.offsets) == [1, 2]  # the rounds before were made
+
+
+def test_a_rank_that_died_holds_rank_zero_only_until_its_heartbeat_is_stale_and_is_named_dead(tmp_path):
+    """Rank 2's link stops (no heartbeat, no goodbye, as when its process is killed); rank 0's close,
+    with a long timeout, waits for it only until its heartbeat is ``_DEAD_AFTER_S`` old."""
+    from trainperf.torch._cluster_roles import _DEAD_AFTER_S
+
+    timeout_s = 20.0
+    ranks, messages = run_ranks(dist.HashStore(), 3, range(3), tmp_path, iterations=6, timeout_s=timeout_s,
+                                close={0: False, 2: False})
+    assert messages == []
+    ranks[2].cluster._halt.set()  # its thread stops as a killed process's would
+    ranks[2].cluster._thread.join(5)
+    listener0 = ranks[0].listener
+    listener0._owner = threading.get_ident()  # closed from this thread: no warning about threads
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        began = time.perf_counter()
+        listener0.close()
+        took = time.perf_counter() - began
+    assert took < _DEAD_AFTER_S + 1.0 < timeout_s  # its heartbeat stopped before rank 0's close began
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "rank 2 died: no heartbeat for" in said[0], said
+    assert list(silent_events(tmp_path)) == [2] and silent_events(tmp_path)[2].startswith("died")
+    assert not ranks[0].cluster._thread.is_alive()
+
+
+def test_a_rank_that_ended_without_closing_is_not_waited_for_and_is_named_so(tmp_path):
+    """Rank 2's process ends without a close (it says so, and its link's thread stops); rank 0's close
+    does not wait for it."""
+    timeout_s = 20.0
+    ranks, messages = run_ranks(dist.HashStore(), 3, range(3), tmp_path, iterations=6, timeout_s=timeout_s,
+                                close={0: False, 2: False})
+    assert messages == []
+    began = time.perf_counter()
+    ranks[2].cluster.exit_unclosed()
+    exited = time.perf_counter() - began
+    assert not ranks[2].cluster._thread.is_alive()
+    ranks[0].listener._owner = threading.get_ident()  # closed from this thread: no warning about threads
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        began = time.perf_counter()
+        ranks[0].listener.close()
+        took = time.perf_counter() - began
+    assert exited < 1.0 and took < 1.0
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "rank 2 ended without closing" in said[0], said
+    assert silent_events(tmp_path) == {2: "ended without closing its listener"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ranks[2].listener.close()
+
+
+def test_at_exit_without_a_close_rank_zero_names_the_dead_rank_only_and_every_thread_stops(tmp_path):
+    """The run crashed: rank 1 ends without a close, rank 2 died before; rank 0's end names rank 2
+    (died) and not rank 1 (it ended as rank 0 does), and each link's thread has stopped."""
+    ranks, messages = run_ranks(dist.HashStore(), 3, range(3), tmp_path, iterations=6, timeout_s=20.0,
+                                close={0: False, 1: False, 2: False})
+    assert messages == []
+    ranks[2].cluster._halt.set()
+    ranks[2].cluster._thread.join(5)
+    ranks[1].cluster.exit_unclosed()
+    began = time.perf_counter()
+    ranks[0].cluster.exit_unclosed()
+    took = time.perf_counter() - began
+    from trainperf.torch._cluster_roles import _EXIT_WAIT_S
+
+    assert took < _EXIT_WAIT_S + 1.0
+    assert list(silent_events(tmp_path)) == [2] and silent_events(tmp_path)[2].startswith("died"), took
+    assert not any(r.cluster._thread.is_alive() for r in ranks.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for r in ranks.values():
+            r.listener.close()
+
+
+def test_both_sides_of_a_clock_round_sleep_while_they_wait():
+    """Rank 0 pinging a rank that does not answer, and a rank waiting for pings that stop coming, use a
+    small share of a core while they wait (this thread's CPU time against the stopwatch, same run)."""
+    from trainperf.torch._cluster_roles import Leader, Member
+
+    store = dist.HashStore()
+    links = [Cluster(PerformanceListener(2, sinks=[], verdict=False, rank=r), rank=r, world=3, store=store,
+                     timeout_s=0.5) for r in (0, 1)]
+    leader = Leader(links[0])  # rank 2's: never answers (rank 0's own link knows nothing of it)
+    leader.next_seq[2], leader.seen[2] = 1, time.monotonic()
+    began, cpu = time.perf_counter(), time.thread_time()
+    leader._align(2)
+    waited, used = time.perf_counter() - began, time.thread_time() - cpu
+    assert waited >= 0.5 and used <= 0.1 * waited, (waited, used)
+
+    member = Member(links[1])  # rank 1's, out of band: round 5; rank 0 sends one ping and gives up later
+    member.round = 5
+    own = links[1]._store
+    own.set("ping/1/5/0", "0")
+    threading.Timer(0.6, lambda: own.set("offset/1/5", "nan,nan")).start()
+    began, cpu = time.perf_counter(), time.thread_time()
+    member._answer_pings()
+    waited, used = time.perf_counter() - began, time.thread_time() - cpu
+    assert 0.5 < waited < 1.0 and member.round == 6 and used <= 0.1 * waited, (waited, used)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for link in links:
+            link.listener.close()
+
+
+def test_rank_zero_waiting_at_close_sleeps(tmp_path):
+    """Rank 0's close waiting for a rank that does not close uses a small share of a core."""
+    ranks, _ = run_ranks(dist.HashStore(), 3, range(3), tmp_path, iterations=6, timeout_s=1.5,
+                         close={0: False, 2: False})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # the process's CPU time: rank 0's link's thread, rank 2's (idle) and this one (joining)
+        began, cpu = time.perf_counter(), time.process_time()
+        ranks[0].cluster.close()  # waits for rank 2 the whole timeout
+        waited, used = time.perf_counter() - began, time.process_time() - cpu
+        ranks[2].listener.close()
+    assert waited >= 1.5 and used <= 0.1 * waited, (waited, used)
 
 
 class FailingStore:

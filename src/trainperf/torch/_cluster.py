@@ -8,16 +8,32 @@ training:
 * **joining**: each rank posts a greeting; rank 0 welcomes every rank it sees within ``timeout_s``
   and warns once about the others; a rank rank 0 never welcomes turns its traffic off, once warned;
 * **clocks**: rank 0 estimates each rank's wall-clock offset by ping-pong (several round trips,
-  the shortest kept; uncertainty = half of it), on joining and every few gathers, so drift shows;
+  the shortest kept; uncertainty = half of it), on joining and every few gathers, so drift shows.
+  No new round starts once rank 0 is closing or with a rank that is closing, and a round under way
+  is cut when either starts to close or the rank dies;
 * **gathers**: every ``every`` reports each rank posts its mean figures over them; rank 0 reads
   what has arrived and names the straggler and its cause in one cluster line;
-* **liveness**: each rank posts a heartbeat; a rank whose heartbeat is older than ``timeout_s`` is
-  marked silent (said once, written to the run directory) and left out from then on;
-* **closing**: each rank posts its last figures and its run-directory files, then a goodbye; rank
-  0 waits for the goodbyes at most ``timeout_s`` and writes the files into its own run directory, so
-  that folder alone is enough for ``trainperf report`` when the ranks' disks are not shared.
+* **liveness**: each rank posts a heartbeat every second (``_BEAT_S``); during the run, a rank whose
+  heartbeat is older than ``timeout_s`` is marked silent (said once, written to the run directory)
+  and left out from then on;
+* **closing**: each rank says it is closing, posts its last figures and its run-directory files,
+  then a goodbye; rank 0 writes the files into its own run directory, so that folder alone is
+  enough for ``trainperf report`` when the ranks' disks are not shared. Rank 0 waits for a rank's
+  goodbye at most ``timeout_s`` from its own close, and less when it knows better:
 
-Any failure of this traffic turns it off with one warning; training goes on.
+  - a rank whose heartbeat is older than ``_DEAD_AFTER_S`` (3 s: three missed heartbeats) has died: it is
+    not waited for, and is marked silent as *died*;
+  - a rank that ended without closing (its process stopped with an error: it says so at exit) is
+    not waited for, and is marked silent as *ended without closing*;
+  - a rank still beating but not closed after ``timeout_s`` is marked silent as *did not close*.
+
+  When the process ends without a close (a crash), the same rules hold with ``_EXIT_WAIT_S`` (4 s) in
+  place of ``timeout_s``. Close, and the end of the process without one, stop the link's thread and
+  wait for it: no store call of ours outlives them (a thread inside a store call when the
+  interpreter ends aborts the process).
+
+Every wait sleeps or blocks with a time limit; none spins. Any failure of this traffic turns it off
+with one warning; training goes on.
 """
 
 from __future__ import annotations
@@ -35,12 +51,21 @@ from typing import Any
 from ..core import PerformanceListener
 from ..ranks import RunDirSink
 from ..records import PerformanceRecord
-from ._cluster_roles import Leader, Member
+from ._cluster_roles import _EXIT_WAIT_S, Leader, Member
 
 __all__ = ["Cluster", "default_store"]
 
-#: At exit without a close (a crash), rank 0 waits at most this long for the others' last word.
-_EXIT_WAIT_S = 3.0
+#: Beyond what it may wait for the others, close gives the link's thread this long to finish its
+#: work (files to send or write) before telling it to stop, and then this long to stop.
+_CLOSE_SLACK_S = 10.0
+_HALT_WAIT_S = 5.0
+#: Between two looks at the store a waiting loop sleeps, from ``_FIRST_STEP_S`` (an answer often comes
+#: within a fraction of a millisecond: a clock round trip stays short) doubling up to ``_STEP_S`` (a
+#: store call takes ~0.1 ms: a long wait costs a few percent of a core); it asks whether to give up
+#: every ``_GIVE_UP_EVERY_S``.
+_FIRST_STEP_S = 0.0001
+_STEP_S = 0.002
+_GIVE_UP_EVERY_S = 0.01
 
 #: Links made so far, per (store given, rank): the n-th link of every rank shares its keys.
 _links: dict[tuple[int | None, int], itertools.count[int]] = {}
@@ -104,7 +129,8 @@ class Cluster:
         self._warned = False
         self._on = True
         self._closed = False
-        self._leader: Leader | None = None
+        self._closing = threading.Event()  # close (or the process's end) has begun: no new clock rounds
+        self._halt = threading.Event()  # the thread must stop now: every wait gives up
         self._thread = threading.Thread(target=self._run, name=f"trainperf-cluster-{rank}", daemon=True)
         self._thread.start()
         # closed before the sinks are: the last gather and the files still reach the run directory
@@ -123,38 +149,39 @@ class Cluster:
             self._tasks.put(("gather", reports))
 
     def close(self) -> None:
-        """Post the last figures and the files (rank 0: wait for the others' at most ``timeout_s``),
-        then stop the link's thread."""
+        """Post the last figures and the files (rank 0: wait for the others', see the module's
+        docstring), then stop the link's thread and wait for it."""
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         reports, self._reports = self._reports, []
         self._tasks.put(("close", reports))
-        self._thread.join(self.timeout_s + 10.0)
+        self._stop(self.timeout_s + _CLOSE_SLACK_S)
         self._say()
 
     def exit_unclosed(self) -> None:
         """The process ends without a close (training raised: under DDP, a rank died): every rank
-        says so, and rank 0 names the ranks that said nothing, as a rank that died does."""
-        if self._closed or not self._on:
+        says so, rank 0 names the ranks that said nothing as a rank that died does, and the link's
+        thread is stopped before the process (and its store) goes."""
+        if self._closed:
             return
         self._closed = True
-        try:
-            if self.rank != 0:
-                self._store.set(f"exit/{self.rank}", repr(self._wall()))
-                return
-            leader = self._leader
-            if leader is None:
-                return
-            deadline = time.monotonic() + min(self.timeout_s, _EXIT_WAIT_S)
-            pending = set(leader._live_peers())
-            while pending and time.monotonic() < deadline:
-                pending = {p for p in pending if not (self._has(f"bye/{p}") or self._has(f"exit/{p}"))}
-                time.sleep(0.02)
-            for peer in sorted(pending):
-                leader._silent(peer, "died: it stopped without a word while the others ended")
-        except Exception:  # noqa: BLE001 - the process is ending; nothing to stop
+        self._closing.set()
+        self._tasks.put(("exit", None))
+        self._stop(min(self.timeout_s, _EXIT_WAIT_S) + 1.0)
+
+    def _stop(self, wait_s: float) -> None:
+        """Let the link's thread finish within ``wait_s``, else tell it to stop now, and wait for it."""
+        thread = self._thread
+        if thread is threading.current_thread():
             return
+        thread.join(wait_s)
+        if thread.is_alive():
+            self._halt.set()
+            thread.join(_HALT_WAIT_S)
+        if thread.is_alive():
+            self._messages.append(f"the link's thread did not stop within {wait_s + _HALT_WAIT_S:g} s")
 
     def _say(self) -> None:
         messages, self._messages = self._messages, []
@@ -167,8 +194,7 @@ class Cluster:
         try:
             self._store.set(f"hello/{self.rank}", repr(self._wall()))
             if self.rank == 0:
-                self._leader = Leader(self)
-                self._leader.run()
+                Leader(self).run()
             else:
                 Member(self).run()
         except Exception as exc:  # noqa: BLE001 - our own traffic must never stop training
@@ -184,6 +210,23 @@ class Cluster:
             return self._tasks.get(timeout=timeout)
         except queue.Empty:
             return None
+
+    def _await(self, key: str, seconds: float, give_up: Callable[[], bool] | None = None) -> bool:
+        """Whether ``key`` appears within ``seconds``. Sleeps between looks (see ``_STEP_S``); stops looking
+        when the link must stop, or when ``give_up()`` says so."""
+        now = time.monotonic()
+        deadline, ask, step = now + seconds, now + _GIVE_UP_EVERY_S, _FIRST_STEP_S
+        while not self._has(key):
+            now = time.monotonic()
+            if now >= deadline or self._halt.is_set():
+                return False
+            if give_up is not None and now >= ask:
+                if give_up():
+                    return False
+                ask = now + _GIVE_UP_EVERY_S
+            time.sleep(step)
+            step = min(2 * step, _STEP_S)
+        return True
 
     def _has(self, key: str) -> bool:
         return bool(self._store.check([key]))

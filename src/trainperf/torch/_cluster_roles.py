@@ -33,6 +33,14 @@ _CHUNK = 1 << 20
 #: How often the link's thread looks for work when idle, and how often a rank posts a heartbeat.
 _POLL_S = 0.05
 _BEAT_S = 1.0
+#: At close, a rank whose heartbeat is older than this has died: rank 0 waits no longer for it.
+_DEAD_AFTER_S = 3 * _BEAT_S
+#: At exit without a close (a crash), rank 0 waits at most this long for the others' last word.
+_EXIT_WAIT_S = 4.0
+#: How often rank 0 looks for the others' goodbyes while it closes.
+_CLOSE_POLL_S = 0.05
+
+
 class Member:
     """A rank other than 0: posts figures, answers clock pings, sends its files at the end."""
 
@@ -48,7 +56,7 @@ class Member:
 
     def run(self) -> None:
         link = self.link
-        while True:
+        while not link._halt.is_set():
             task = link._next_task(_POLL_S)
             self._tick()
             if task is None:
@@ -57,11 +65,14 @@ class Member:
             if kind == "close":
                 self._close(reports)
                 return
+            if kind == "exit":
+                self._exit()
+                return
             if link._on and self.welcomed:
                 self._post(reports)
 
     def _tick(self) -> None:
-        link, store, now = self.link, self.store, time.monotonic()
+        link, now = self.link, time.monotonic()
         if not link._on:
             return
         if not self.welcomed:
@@ -71,30 +82,42 @@ class Member:
                 link._off(f"rank 0 did not link within {link.timeout_s:g} s (no listener there?); "
                           "this rank's figures stay in its own files")
                 return
-        if now - self.beat >= _BEAT_S:
-            self.beat = now
-            store.set(f"beat/{self.rank}", repr(link._wall()))
+        if self._beat():
+            self._skip_missed_round()
         self._answer_pings()
 
+    def _beat(self) -> bool:
+        """Post a heartbeat when one is due; whether one was."""
+        now = time.monotonic()
+        if now - self.beat < _BEAT_S:
+            return False
+        self.beat = now
+        self.store.set(f"beat/{self.rank}", repr(self.link._wall()))
+        return True
+
+    def _skip_missed_round(self) -> None:
+        """Rank 0 gave up a clock round before this rank saw its first ping (it posts the round's
+        outcome after removing the pings): go on to the next, or this rank would wait for it forever."""
+        link, rank = self.link, self.rank
+        if not link._has(f"ping/{rank}/{self.round}/0") and link._take(f"offset/{rank}/{self.round}") is not None:
+            self.round += 1
+
     def _answer_pings(self) -> None:
-        link, store, rank = self.link, self.store, self.rank
-        if not link._has(f"ping/{rank}/{self.round}/0"):
+        link, store, rank, k = self.link, self.store, self.rank, self.round
+        if not link._has(f"ping/{rank}/{k}/0"):
             return
+        outcome = f"offset/{rank}/{k}"
+
+        def round_over() -> bool:  # rank 0 posted the outcome (it may cut a round short); beats go on
+            self._beat()
+            return link._has(outcome)
+
         for i in range(_PINGS):
-            key = f"ping/{rank}/{self.round}/{i}"
-            deadline = time.monotonic() + 1.0
-            while not store.check([key]):
-                if time.monotonic() > deadline:
-                    break
-            else:
-                store.set(f"pong/{rank}/{self.round}/{i}", repr(link._wall()))
-                continue
-            break
-        deadline = time.monotonic() + 2.0
-        key = f"offset/{rank}/{self.round}"
-        while not store.check([key]) and time.monotonic() < deadline:
-            time.sleep(0.001)
-        value = link._take(key)
+            if not link._await(f"ping/{rank}/{k}/{i}", 1.0, round_over):
+                break
+            store.set(f"pong/{rank}/{k}/{i}", repr(link._wall()))
+        link._await(outcome, 2.0, round_over)
+        value = link._take(outcome)
         self.round += 1
         if value:
             offset, uncertainty = (float(x) for x in value.decode().split(","))
@@ -114,11 +137,14 @@ class Member:
         # A short run may end before rank 0 has seen this rank: wait for its welcome and first
         # clock estimate (rank 0 looks every 0.1 s), or until the link gives up on rank 0.
         deadline = time.monotonic() + link.timeout_s
-        while link._on and (not self.welcomed or self.round == 0) and time.monotonic() < deadline:
+        while (link._on and (not self.welcomed or self.round == 0) and time.monotonic() < deadline
+               and not link._halt.is_set()):
             self._tick()
             time.sleep(0.005)
         if not link._on or not self.welcomed:
             return
+        # from here on this rank answers no pings: rank 0 starts no clock round with it, cuts one under way
+        self.store.set(f"closing/{self.rank}", repr(link._wall()))
         self._post(reports)
         run_dir = link._run_dir
         if run_dir is not None:
@@ -127,9 +153,19 @@ class Member:
                 data = path.read_bytes()[-_MAX_FILE_BYTES:] if path.exists() else b""
                 pieces = [data[k : k + _CHUNK] for k in range(0, len(data), _CHUNK)]
                 for k, piece in enumerate(pieces):
+                    if link._halt.is_set():
+                        return
                     self.store.set(f"file/{self.rank}/{name}/{k}", piece)  # type: ignore[arg-type] # bytes work
+                    self._beat()  # a rank sending large files is alive
                 self.store.set(f"file/{self.rank}/{name}", str(len(pieces)))
         self.store.set(f"bye/{self.rank}", repr(link._wall()))
+
+    def _exit(self) -> None:
+        """The process ends without a close: say so, so that rank 0 does not wait for a goodbye."""
+        link = self.link
+        if link._on:
+            self.store.set(f"closing/{self.rank}", repr(link._wall()))
+            self.store.set(f"exit/{self.rank}", repr(link._wall()))
 
 
 class Leader:
@@ -152,21 +188,19 @@ class Leader:
         link = self.link
         if link._run_dir is not None:
             link._run_dir.clock(link._wall(), 0.0, 0.0, "reference")
-        while True:
+        while not link._halt.is_set():
             task = link._next_task(_POLL_S)
             if link._on and self.waiting and time.monotonic() - self.last_look >= 0.1:
                 self._welcome()
             if task is None:
                 continue
             kind, reports = task
-            if not link._on:
-                if kind == "close":
-                    return
-                continue
-            if kind == "close":
-                self._close(reports)
+            if kind in ("close", "exit"):
+                if link._on:
+                    self._close(reports or [], exiting=kind == "exit")
                 return
-            self._gather(reports)
+            if link._on:
+                self._gather(reports)
 
     def _welcome(self) -> None:
         link = self.link
@@ -190,24 +224,28 @@ class Leader:
                                       "the cluster view covers the others")
 
     def _align(self, peer: int) -> None:
-        """Ping-pong with ``peer``; the shortest round trip gives its offset, posted back to it."""
+        """Ping-pong with ``peer``; the shortest round trip gives its offset, posted back to it. Rounds
+        after the first (which a rank waits for before it closes) neither start nor go on once rank 0 is
+        closing, and no round waits on a peer that is closing or has died."""
         link, store = self.link, self.store
         k = self.rounds.get(peer, 0)
+        first = k == 0
+        if not first and (link._closing.is_set() or self._leaving(peer)):
+            return
+
+        def give_up() -> bool:
+            return (not first and link._closing.is_set()) or self._leaving(peer)
+
         self.rounds[peer] = k + 1
         trips: list[tuple[float, float, float]] = []
         for i in range(_PINGS):
             sent = link._wall()
             store.set(f"ping/{peer}/{k}/{i}", repr(sent))
             key = f"pong/{peer}/{k}/{i}"
-            deadline = time.monotonic() + (link.timeout_s if i == 0 else 1.0)
-            while not store.check([key]):
-                if time.monotonic() > deadline:
-                    break
-            else:
-                back = link._wall()
-                trips.append((sent, float(store.get(key).decode()), back))
-                continue
-            break
+            if not link._await(key, link.timeout_s if i == 0 else 1.0, give_up):
+                break
+            back = link._wall()
+            trips.append((sent, float(store.get(key).decode()), back))
         for i in range(_PINGS):
             for name in ("ping", "pong"):
                 store.delete_key(f"{name}/{peer}/{k}/{i}")
@@ -219,6 +257,15 @@ class Leader:
 
     def _live_peers(self) -> list[int]:
         return [p for p in sorted(self.link.joined) if p not in self.link.silent]
+
+    def _age(self, peer: int) -> float:
+        """Seconds since ``peer``'s last sign of life, as far as rank 0 has read."""
+        return time.monotonic() - self.seen.get(peer, self.began)
+
+    def _leaving(self, peer: int) -> bool:
+        """Whether ``peer`` will answer no more pings: it is closing or ended, or it has died."""
+        self._read(peer)
+        return self.link._has(f"closing/{peer}") or self._age(peer) > _DEAD_AFTER_S
 
     def _read(self, peer: int) -> bool:
         """Read what ``peer`` posted since the last look; whether it closed."""
@@ -233,7 +280,9 @@ class Leader:
         beat = link._take(f"beat/{peer}")
         if beat is not None:  # when it was posted, on rank 0's clock: an old beat read late is still old
             posted = float(beat.decode()) + link.offsets.get(peer, (0.0, 0.0))[0]
-            self.seen[peer] = time.monotonic() - max(0.0, link._wall() - posted)
+            # before its first clock estimate a rank's clock may be off by any amount: the beat is new
+            age = max(0.0, link._wall() - posted) if peer in link.offsets else 0.0
+            self.seen[peer] = time.monotonic() - age
             self.wall_seen[peer] = posted
         return link._has(f"bye/{peer}")
 
@@ -242,11 +291,12 @@ class Leader:
         now = time.monotonic()
         for peer in self._live_peers():
             self._read(peer)
-            if now - self.seen.get(peer, now) > link.timeout_s:
-                self._silent(peer)
+            silent_s = now - self.seen.get(peer, now)
+            if silent_s > link.timeout_s:
+                self._silent(peer, f"went silent: no heartbeat for {silent_s:.0f} s")
         self._line(reports)
         self.gathers += 1
-        if self.gathers % _CLOCK_EVERY == 0:
+        if self.gathers % _CLOCK_EVERY == 0 and not link._closing.is_set():
             for peer in self._live_peers():
                 self._align(peer)
 
@@ -275,7 +325,7 @@ class Leader:
                                for s in stragglers],
             })
 
-    def _silent(self, peer: int, why: str = "went silent") -> None:
+    def _silent(self, peer: int, why: str) -> None:
         link = self.link
         last = self.wall_seen.get(peer)
         if last is None:
@@ -285,25 +335,41 @@ class Leader:
         if link._run_dir is not None:
             link._run_dir.event({"kind": "silent", "rank": peer, "last_seen": last, "why": why})
 
-    def _close(self, reports: list[PerformanceRecord]) -> None:
+    def _close(self, reports: list[PerformanceRecord], *, exiting: bool = False) -> None:
+        """Wait for the others' goodbyes (for how long: ``_cluster``'s docstring), name the ranks that gave
+        none and why, write the files of those that did. At the process's end without a close
+        (``exiting``), only the naming, and not of a rank that ended the same way."""
         link = self.link
-        deadline = time.monotonic() + link.timeout_s
+        limit = min(link.timeout_s, _EXIT_WAIT_S) if exiting else link.timeout_s
+        deadline = time.monotonic() + limit
         closed: set[int] = set()
+        gone: dict[int, str | None] = {}  # rank -> why it is not waited for (None: not to be named)
         while True:
-            if self.waiting:  # a short run: ranks may link now (or be given up on, once)
+            if self.waiting and not exiting:  # a short run: ranks may link now (or be given up on, once)
                 self._welcome()
-            pending = [p for p in self._live_peers() if p not in closed]
-            for peer in pending:
+            for peer in self._live_peers():
+                if peer in closed or peer in gone:
+                    continue
                 if self._read(peer):
                     closed.add(peer)
-            pending = [p for p in pending if p not in closed]
-            if (not pending and not self.waiting) or time.monotonic() > deadline or not link._on:
+                elif link._has(f"exit/{peer}"):  # at rank 0's own crash: the run failed on every rank
+                    gone[peer] = None if exiting else "ended without closing its listener"
+                elif self._age(peer) > _DEAD_AFTER_S:
+                    gone[peer] = f"died: no heartbeat for {self._age(peer):.0f} s"
+            pending = [p for p in self._live_peers() if p not in closed and p not in gone]
+            if ((not pending and (exiting or not self.waiting)) or time.monotonic() > deadline
+                    or not link._on or link._halt.is_set()):
                 break
-            time.sleep(0.01)
-        if reports or closed:
+            time.sleep(_CLOSE_POLL_S)
+        for peer in pending:
+            gone[peer] = f"did not close within {limit:g} s, though alive (its heartbeat went on)"
+        for peer, why in sorted(gone.items()):
+            if why is not None:
+                self._silent(peer, why)
+        if not exiting and (reports or closed):  # the last line names the ranks just found silent
             self._line(reports)
-        for peer in sorted(pending):
-            self._silent(peer, f"did not close within {link.timeout_s:g} s")
+        if exiting:
+            return
         run_dir = link._run_dir
         for peer in sorted(closed):
             files = self._files(peer)
@@ -320,7 +386,6 @@ class Leader:
             pieces = [link._take(f"file/{peer}/{name}/{k}") or b"" for k in range(int(count.decode()))]
             out[name] = b"".join(pieces)
         return out
-
 
 
 def _write_peer_files(folder: Path, files: dict[str, bytes]) -> None:
