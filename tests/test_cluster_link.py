@@ -292,7 +292,8 @@ def test_at_exit_without_a_close_rank_zero_names_the_dead_rank_only_and_every_th
 def test_both_sides_of_a_clock_round_sleep_while_they_wait():
     """Rank 0 pinging a rank that does not answer, and a rank waiting for pings that stop coming, use a
     small share of a core while they wait (this thread's CPU time against the stopwatch, same run)."""
-    from trainperf.torch._cluster_roles import Leader, Member
+    from trainperf.torch._cluster_member import Member
+    from trainperf.torch._cluster_roles import Leader
 
     store = dist.HashStore()
     links = [Cluster(PerformanceListener(2, sinks=[], verdict=False, rank=r), rank=r, world=3, store=store,

@@ -98,7 +98,8 @@ def test_a_recurring_cost_is_told_with_its_period(every, ordinal):
     n = every * 8
     values = [100.0 if i % every == 0 else 1.0 for i in range(1, n + 1)]
     values[0] = 1.5  # noise below the floor is not a spike
-    assert recurrence(list(range(1, n + 1)), values, 3.0, "host time") == f"every {ordinal} iteration, 99.0 ms of host time"
+    told = recurrence(list(range(1, n + 1)), values, 3.0, "host time")
+    assert told == f"every {ordinal} iteration, 99.0 ms of host time"
 
 
 def test_an_irregular_cost_is_counted_and_too_few_or_too_small_are_not_a_pattern():
@@ -152,3 +153,21 @@ def test_the_healthy_spread_is_the_other_ranks_lateness_not_the_ranks_own():
     windows[20] = [timed(0, 50.0), timed(1, 50.0), timed(2, 10.0, backward=50.0)]
     judged, _ = judge_windows(windows)
     assert [k for k, s in enumerate(judged) if s] == [20]
+
+
+def test_the_live_judge_weighs_each_gather_against_the_ones_before():
+    from trainperf.ranks import LiveJudge
+
+    judge = LiveJudge(keep=300)
+    windows = rotating(300, 3, 30.0)
+    named = [judge.see(w) for w in windows]
+    # the first gathers have no history to weigh them against; past them, moving lateness names nobody
+    assert sum(bool(s) for s in named[50:]) <= 3
+    # a steady straggler is named from its first gather on
+    steady = LiveJudge()
+    assert all([s.rank for s in steady.see([timed(0, 30.0), timed(1, 30.0), timed(2, 0.0, etl=31.0)])] == [2]
+               for _ in range(5))
+    # ranks change (one went silent): the history starts again
+    assert [s.rank for s in steady.see([timed(0, 30.0), timed(2, 0.0, etl=31.0)])] == [2]
+    with pytest.raises(ValueError, match="keep"):
+        LiveJudge(keep=0)

@@ -26,3 +26,4 @@ from ._sink import rank_dir as rank_dir
 from ._spans import RunDirLink as RunDirLink
 from ._stragglers import cluster_line as cluster_line
 from ._stragglers import rank_figures as rank_figures
+from ._windows import LiveJudge as LiveJudge

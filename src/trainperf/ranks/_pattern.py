@@ -44,7 +44,7 @@ def recurrence(iterations: Sequence[int], values_ms: Sequence[float], floor_ms: 
     if len(spikes) < MIN_SPIKES:
         return None
     excess = statistics.median(e for _, e in spikes)
-    gaps = Counter(b[0] - a[0] for a, b in zip(spikes, spikes[1:]))
+    gaps = Counter(b[0] - a[0] for a, b in zip(spikes, spikes[1:], strict=False))
     gap = gaps.most_common(1)[0][0]
     # regular: the slow iterations fall on (nearly) every gap-th iteration of those seen (spans may
     # cover some windows only, so gaps between them are multiples of the period)

@@ -261,10 +261,10 @@ def find_stragglers(figures: Sequence[RankFigures], *, run: Sequence[RankFigures
     named: list[RankFigures] = []
     first = dict(zip((f.rank for f in figures), _lateness(figures, typical)[0], strict=True))
     while len(left) >= 2:
-        late, _ = _lateness(left, typical)
+        order, _ = _lateness(left, typical)
         # the latest rank past the margin that costs the others over the run or is late beyond the
         # healthy spread; a rank within the spread stays among the others it is compared with
-        chosen = next((k for k in sorted(range(len(left)), key=lambda k: -late[k]) if late[k] > margin and (
+        chosen = next((k for k in sorted(range(len(left)), key=lambda k: -order[k]) if order[k] > margin and (
             costly is None or left[k].rank in costly
             or (spread is not None and first[left[k].rank] > spread.get(left[k].rank, math.inf) + margin))), None)
         if chosen is None:
@@ -275,8 +275,8 @@ def find_stragglers(figures: Sequence[RankFigures], *, run: Sequence[RankFigures
     found = []
     for straggler in named:
         group = [*unnamed, straggler]
-        lateness, timed = _lateness(group, typical)
-        late = max(lateness[-1], margin)
+        behind, timed = _lateness(group, typical)
+        late = max(behind[-1], margin)
         cause, evidence = _cause(group, len(group) - 1, late, timed)
         found.append(Straggler(straggler.rank, cause, late, evidence))
     return found

@@ -4,13 +4,13 @@ the ranks that cost the others time over the run or are late beyond the healthy 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 import math
+from collections import deque
+from collections.abc import Mapping, Sequence
 
 from ._stragglers import RankFigures, Straggler, costly_ranks, find_stragglers, lateness, merge_figures
 
-__all__ = ["common_windows", "judge_windows"]
+__all__ = ["common_windows", "judge_windows", "LiveJudge"]
 
 
 def common_windows(by_rank: Mapping[int, Sequence[tuple[int, RankFigures]]]) -> list[tuple[int, list[RankFigures]]]:
@@ -86,3 +86,27 @@ def judge_windows(windows: Sequence[Sequence[RankFigures]]) -> tuple[list[list[S
     healthy = [r for r in ranks if r not in costly]
     spread = {r: max((most[o] for o in healthy if o != r), default=math.inf) for r in ranks}
     return [find_stragglers(w, run=run, spread=spread) for w in windows], run
+
+
+class LiveJudge:
+    """:func:`judge_windows` while the run goes: each new window judged against the ones before it
+    (at most ``keep``), as the report judges a window against the whole run.
+
+    Args:
+        keep: the most windows kept; the oldest are forgotten.
+    """
+
+    def __init__(self, keep: int = 200) -> None:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be a positive int, got {keep!r}")
+        self._seen: deque[list[RankFigures]] = deque(maxlen=keep)
+
+    def see(self, figures: Sequence[RankFigures]) -> list[Straggler]:
+        """The stragglers of ``figures`` (one entry per rank), judged with the windows seen before;
+        a window of other ranks (one joined or went silent) starts the history again."""
+        window = sorted(figures, key=lambda f: f.rank)
+        if self._seen and [f.rank for f in self._seen[-1]] != [f.rank for f in window]:
+            self._seen.clear()
+        self._seen.append(window)
+        judged, _ = judge_windows(list(self._seen))
+        return judged[-1] if judged else []

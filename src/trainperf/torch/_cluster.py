@@ -51,7 +51,8 @@ from typing import Any
 from ..core import PerformanceListener
 from ..ranks import RunDirSink
 from ..records import PerformanceRecord
-from ._cluster_roles import _EXIT_WAIT_S, Leader, Member
+from ._cluster_member import Member
+from ._cluster_roles import _EXIT_WAIT_S, Leader
 
 __all__ = ["Cluster", "default_store"]
 

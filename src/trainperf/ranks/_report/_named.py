@@ -8,10 +8,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .._windows import common_windows, judge_windows
 from .._layout import SPAN_PHASES
 from .._pattern import recurrence
 from .._stragglers import RankFigures, Straggler, find_stragglers, rank_figures
+from .._windows import common_windows, judge_windows
 from ._load import Rank
 
 __all__ = ["named_stragglers", "steady"]
@@ -110,7 +110,8 @@ def _pattern(rank: Rank, cause: str, run: Sequence[RankFigures]) -> str | None:
     per_iteration: dict[int, float] = {}  # every iteration with spans: one without the phase spent none in it
     for k in range(len(rank.span_iter)):
         i = rank.span_iter[k]
-        per_iteration[i] = per_iteration.get(i, 0.0) + (1000.0 * rank.span_d[k] if rank.span_phase[k] in wanted else 0.0)
+        spent = 1000.0 * rank.span_d[k] if rank.span_phase[k] in wanted else 0.0
+        per_iteration[i] = per_iteration.get(i, 0.0) + spent
     if not per_iteration:
         return None
     iterations = sorted(per_iteration)
