@@ -9,7 +9,10 @@ Two measurements:
   bucket and a ready future: the cost itself, without the run's noise;
 * **whole loop**: a one-rank and a two-rank DDP loop on a tiny model, blocks of iterations
   alternating between bare DDP and DDP with the timing installed (listener and all), medians of
-  the per-block means and their difference.
+  the per-block means and their difference;
+* **device phases' bookkeeping**: the Python that reading the phases off device events adds to one
+  iteration on CUDA (five marks, one stretch read), with a stand-in event source whose calls cost
+  nothing: CUDA's own event record and query calls are not in it (they need a device).
 
 Run: ``python benchmarks/collective_overhead.py [--blocks 20] [--iterations 300]``.
 """
@@ -33,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from trainperf import PerformanceListener  # noqa: E402
 from trainperf.torch import attach  # noqa: E402
 from trainperf.torch._collective import CollectiveTimer  # noqa: E402
+from trainperf.torch._device_phases import BackwardPass, DevicePhases  # noqa: E402
 
 
 class FakeBucket:
@@ -104,6 +108,46 @@ def added_calls(n: int = 200_000) -> dict[str, float]:
     _collective._ENGINE = real_engine
     listener.close()
     return out | {"wrapper of a user's comm hook (per bucket, only with one)": hook_cost}
+
+
+class FreeEvents:
+    """An event source whose calls cost nothing: every event has completed, no time between two."""
+
+    def __init__(self) -> None:
+        self._pool = [object() for _ in range(16)]
+
+    def record(self) -> object:
+        return self._pool.pop()
+
+    def done(self, event: object) -> bool:
+        return True
+
+    def elapsed_s(self, start: object, end: object) -> float:
+        return 0.001
+
+    def release(self, event: object) -> None:
+        self._pool.append(event)
+
+
+def device_bookkeeping(n: int = 100_000) -> float:
+    """Nanoseconds per iteration of :class:`DevicePhases` with :class:`FreeEvents`: five marks, the
+    backward pass's and the step's stretches read, the figures handed to two no-op callbacks."""
+    def nothing(name: str, seconds: float) -> None:
+        return None
+
+    phases = DevicePhases(FreeEvents(), nothing, nothing)
+    synced = BackwardPass(True)
+    best = float("inf")
+    for _ in range(5):
+        began = time.perf_counter_ns()
+        for _ in range(n):
+            phases.forward_start()
+            phases.forward_end()
+            phases.last_gradient()
+            phases.backward_end(synced)
+            phases.step_end()
+        best = min(best, (time.perf_counter_ns() - began) / n)
+    return best
 
 
 def _loop(rank: int, world: int, port: int, blocks: int, iterations: int, queue) -> None:
@@ -183,6 +227,7 @@ def main() -> None:
         print(f"  {name:58s} {ns:7.0f}")
         total += 0.0 if "user's" in name else ns
     print(f"  {'in all, without a user hook':58s} {total:7.0f}  ({total / 1000:.2f} us; target <= 2 us)")
+    print(f"device phases' bookkeeping per iteration, CUDA's calls left out (ns): {device_bookkeeping():.0f}")
     for world in (1, 2):
         r = whole_loop(world, args.blocks, args.iterations)
         line = f"DDP on {world} rank(s), us/iteration: bare {r['bare_us']:.1f}"

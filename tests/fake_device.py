@@ -1,4 +1,4 @@
-"""A fake asynchronous device and its timeline, driven by the tests' fake host clock.
+"""A fake asynchronous device, its timeline and its events, driven by the tests' fake host clock.
 
 The device runs queued work one item after another: work launched at host time ``t`` starts at
 ``max(t, the end of the work before it)``. An event recorded at host time ``t`` gets the device
@@ -6,6 +6,7 @@ time at which the work queued before it is done, ``max(t, busy_until)``, and has
 the host clock has passed that time (or, when a test holds the device, once the test says so).
 The host can run at most ``max_ahead_s`` of device work ahead, as a full launch queue blocks a
 real one. Every call is counted, so tests can assert that nothing waited for the device.
+:class:`FakeEvents` is the collective timing's event source on the same device.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class FakeDevice:
 
     def event_time(self) -> float:
         return max(self.clock.now, self.busy_until)
+
+    def wait_until(self, device_time: float) -> None:
+        """The stream waits for another one (NCCL's) until ``device_time``: work queued from now on
+        starts no earlier. The host does not wait."""
+        self.busy_until = max(self.busy_until, device_time)
 
 
 class FakeTimeline:
@@ -129,3 +135,54 @@ class RealClock:
         import time
 
         time.sleep(seconds)
+
+
+class FakeEvent:
+    """One event of :class:`FakeEvents`: the device time it was recorded at."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+
+class FakeEvents:
+    """The collective timing's event source (``record``, ``done``, ``elapsed_s``, ``release``) over a
+    :class:`FakeDevice`, with a pool as CUDA's has.
+
+    ``completed_up_to`` (device time) holds the device back when set, as in :class:`FakeTimeline`.
+    ``calls`` counts every method call, ``created`` the events made, ``free`` the pool.
+    """
+
+    def __init__(self, device: FakeDevice) -> None:
+        self.device = device
+        self.completed_up_to: float | None = None
+        self.calls: Counter[str] = Counter()
+        self.created = 0
+        self.free: list[FakeEvent] = []
+
+    def record(self) -> FakeEvent:
+        self.calls["record"] += 1
+        if self.free:
+            event = self.free.pop()
+        else:
+            event = FakeEvent()
+            self.created += 1
+        event.t = self.device.event_time()
+        return event
+
+    def _reached(self, event: FakeEvent) -> bool:
+        limit = self.device.clock.now if self.completed_up_to is None else self.completed_up_to
+        return event.t <= limit
+
+    def done(self, event: FakeEvent) -> bool:
+        self.calls["done"] += 1
+        return self._reached(event)
+
+    def elapsed_s(self, start: FakeEvent, end: FakeEvent) -> float:
+        self.calls["elapsed_s"] += 1
+        assert self._reached(start) and self._reached(end), "elapsed time of an event not reached would fail"
+        return end.t - start.t
+
+    def release(self, event: FakeEvent) -> None:
+        self.calls["release"] += 1
+        assert all(event is not e for e in self.free), "an event given back twice"
+        self.free.append(event)

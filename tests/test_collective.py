@@ -1,25 +1,28 @@
 """CollectiveTimer on one process (gloo, world of 1): the forward pass of training only, the
 backward pass up to the last gradient, the wait to the end of the backward pass, the step; a user's
-comm hook registered afterwards is wrapped and timed; on CUDA no host wait is recorded."""
+comm hook registered afterwards is wrapped and timed; on CUDA no host wait is recorded, and the
+phases and the wait are the device's, read off events (here a fake device's, on a fake clock)."""
 
 from __future__ import annotations
 
 import os
 import socket
 import time
+from collections import defaultdict
 
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
+from conftest import FakeClock  # noqa: E402
+from fake_device import FakeDevice, FakeEvents  # noqa: E402
 from trainperf import PerformanceListener  # noqa: E402
 from trainperf.torch import attach  # noqa: E402
+from trainperf.torch._collective import CollectiveTimer  # noqa: E402
 
-pytestmark = [
-    pytest.mark.realtime,
-    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
-]
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+realtime = pytest.mark.realtime
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +71,7 @@ def train(ddp, listener, iterations: int, *, loss_s=0.0, step_s=0.0, eval_s=0.0,
     listener.close()
 
 
+@realtime
 def test_each_part_of_the_step_is_timed_where_it_happens(group):
     listener = PerformanceListener(4, sinks=[], verdict=False)
     ddp = torch.nn.parallel.DistributedDataParallel(Net(forward_s=0.01))
@@ -84,6 +88,7 @@ def test_each_part_of_the_step_is_timed_where_it_happens(group):
         assert "comm_ms" not in extra  # no comm hook: DDP's own all-reduce, untimed launch
 
 
+@realtime
 def test_a_comm_hook_registered_after_attach_runs_inside_one_that_times_it(group):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -104,20 +109,123 @@ def test_a_comm_hook_registered_after_attach_runs_inside_one_that_times_it(group
 
 
 def test_no_host_wait_is_recorded_on_cuda(group):
-    from trainperf.torch._collective import CollectiveTimer
-
+    """On CUDA the host's times are launch times: the end of the backward pass is an event instead."""
     ddp = torch.nn.parallel.DistributedDataParallel(Net())
     ddp.device_type = "cuda"  # as DDP sets it for a model on a GPU
     listener = PerformanceListener(4, sinks=[], verdict=False)
-    timer = CollectiveTimer(ddp, listener.add_time, listener.add_sample, listener.clock)
-    assert not timer.host_waits
+    events = FakeEvents(FakeDevice(FakeClock(0.0)))
+    events.completed_up_to = -1.0  # the device has not reached the event yet
+    timer = CollectiveTimer(ddp, listener.add_time, listener.add_sample, listener.clock, events=events)
+    assert not timer.host_waits and timer.device_phases is not None
     timer._last_ready, timer._forward_end = 2.0, 1.0
     timer._on_backward_end()
-    assert "wait" not in listener._open._times and listener._open._times["backward"] == pytest.approx(1.0)
+    assert "wait" not in listener._open._times and "backward" not in listener._open._times
+    assert events.calls["record"] == 1 and timer.device_phases.pending == 1
     timer.stop()
+    assert timer.device_phases is None and len(events.free) == events.created == 1
     listener.close()
 
 
+class Launch(torch.autograd.Function):
+    """Identity whose backward queues ``seconds`` of work on a fake device (the backward kernels)."""
+
+    @staticmethod
+    def forward(ctx, x, device, seconds):
+        ctx.device, ctx.seconds = device, seconds
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.device.launch(ctx.seconds)
+        return grad, None, None
+
+
+class DeviceNet(Net):
+    """A model on a fake device: its forward queues ``forward_s`` of device work, its backward
+    ``backward_s`` before any parameter's gradient; each launch costs 0.1 ms of host time."""
+
+    def __init__(self, device, forward_s: float, backward_s: float) -> None:
+        super().__init__()
+        self.device, self.forward_s_device, self.backward_s = device, forward_s, backward_s
+
+    def forward(self, x):
+        self.device.clock.advance(0.0001)
+        self.device.launch(self.forward_s_device)
+        return Launch.apply(self.body(x), self.device, self.backward_s)
+
+
+def device_loop(*, cuda: bool, steps: int, micro: int = 1):
+    """DDP on a fake device (flagged as CUDA with ``cuda``): forward 10 ms, backward 20 ms, an
+    all-reduce of 3 ms launched by a comm hook, an optimizer step of 5 ms, all device time; the
+    timer gets the fake device's events. Returns the figures handed to the listener, the events,
+    the device and the timer (stopped)."""
+    clock = FakeClock(0.0)
+    device = FakeDevice(clock, max_ahead_s=10.0)  # launches never block the host here
+    events = FakeEvents(device)
+    ddp = torch.nn.parallel.DistributedDataParallel(DeviceNet(device, 0.010, 0.020))
+    if cuda:
+        ddp.device_type = "cuda"
+    got: dict[str, list[float]] = defaultdict(list)
+    timer = CollectiveTimer(ddp, lambda n, s: got[n].append(s), lambda n, s: got[n].append(s), clock, events=events)
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    def allreduce(state, bucket):
+        device.launch(0.003)  # the all-reduce, which the compute stream waits for at the end of backward
+        return default_hooks.allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(dist.group.WORLD, allreduce)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    for _ in range(steps):
+        opt.zero_grad()
+        for k in range(micro):
+            syncs = k == micro - 1
+            with ddp.no_sync() if not syncs else torch.enable_grad():
+                timer.before_forward((), {})
+                out = ddp(x)
+                timer.after_forward()
+                torch.nn.functional.mse_loss(out, y).backward()
+        opt.step()
+        clock.advance(0.0001)
+        device.launch(0.005)
+        timer.on_step(clock.now)
+    syncs = device.user_syncs
+    device.synchronize()  # the test's wait, so that every event can be read
+    if timer.device_phases is not None:
+        timer.device_phases.poll()
+    assert syncs == 0
+    timer.stop()
+    return got, events, device, timer
+
+
+def test_on_cuda_the_phases_and_the_wait_are_the_devices_time(group):
+    got, events, device, timer = device_loop(cuda=True, steps=8)
+    assert not timer.host_waits
+    assert got["forward"][1:] == pytest.approx([0.010] * 7)  # the host took 0.1 ms to launch it
+    assert got["backward"][1:] == pytest.approx([0.020] * 7)
+    assert got["wait"] == pytest.approx([0.003] * 8)  # from the last gradient to the all-reduce's end
+    assert got["step"] == pytest.approx([0.005] * 8)
+    assert "comm" not in got  # the hook took no host time
+    assert set(events.calls) <= {"record", "done", "elapsed_s", "release"}
+    assert len(events.free) == events.created  # every event given back (the first pass marked each gradient)
+
+
+def test_on_cuda_no_sync_micro_batches_give_no_wait(group):
+    got, _, _, _ = device_loop(cuda=True, steps=5, micro=3)
+    assert len(got["wait"]) == 5 and got["wait"] == pytest.approx([0.003] * 5)
+    assert len(got["forward"]) == len(got["backward"]) == 15
+    assert got["step"] == pytest.approx([0.005] * 5)
+
+
+def test_on_the_cpu_nothing_changes_and_no_event_is_recorded(group):
+    got, events, _, timer = device_loop(cuda=False, steps=4)
+    assert timer.host_waits and timer.device_phases is None and events.calls == {}
+    # the host's own times, on the fake clock that only launches move
+    assert got["forward"] == pytest.approx([0.0001] * 4)
+    assert len(got["wait"]) == 4 and len(got["step"]) == 4
+
+
+@realtime
 def test_a_comm_hook_registered_before_attach_is_seen_where_it_launches(group):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -138,6 +246,7 @@ def test_a_comm_hook_registered_before_attach_is_seen_where_it_launches(group):
     assert (dist.all_reduce, dist.distributed_c10d.all_reduce) == originals
 
 
+@realtime
 def test_with_gradient_accumulation_only_the_synced_backward_gives_a_wait(group):
     listener = PerformanceListener(3, sinks=[], verdict=False)
     samples: list[tuple[str, float]] = []

@@ -161,3 +161,40 @@ def test_the_timeline_records_on_the_stream_the_model_runs_on():
     assert not timeline.ready(1)  # the end event waits behind the side stream's work
     side.synchronize()
     assert timeline.ready(1)
+
+
+def test_ddp_on_cuda_reads_its_phases_and_wait_from_events_without_synchronising():
+    """One NCCL rank: the collective timing records CUDA events and reads them once completed; the
+    profiler counts the same synchronisations as for the same loop without a listener."""
+    import os
+    import socket
+
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_nccl_available() or dist.is_initialized():
+        pytest.skip("needs NCCL and no process group yet")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    try:
+        model, _ = model_and_opt()
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()])
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+        batches = [(torch.randn(64, 512), torch.randint(0, 10, (64,))) for _ in range(40)]
+        train(ddp, opt, batches[:5])
+        torch.cuda.synchronize()
+        bare = count_syncs(lambda: train(ddp, opt, batches))
+        listener = PerformanceListener(5, sinks=[], verdict=False)
+        attach(ddp, listener)
+        train(ddp, opt, batches[:5])
+        torch.cuda.synchronize()
+        listened = count_syncs(lambda: train(ddp, opt, batches))
+        listener.close()
+        assert listened == bare
+        timed = [r for r in listener.history if "wait_ms" in r.extra]
+        assert timed and all(r.extra["wait_ms"] >= 0.0 and r.extra["backward_ms"] > 0.0 for r in timed)
+        assert all(r.extra["step_ms"] > 0.0 and r.extra["forward_ms"] > 0.0 for r in timed if "step_ms" in r.extra)
+    finally:
+        dist.destroy_process_group()

@@ -263,3 +263,31 @@ def test_cuda_timeline_looks_the_stream_up_again_only_when_it_changes(monkeypatc
     assert timeline.current_stream() == "s12" and looked_up == [11, 12]
     handles["now"] = 11
     assert timeline.current_stream() == "s11" and looked_up == [11, 12, 11]
+
+
+def test_cuda_events_record_on_the_current_stream_query_without_waiting_and_recycle(monkeypatch):
+    import torch
+
+    from trainperf.torch import _cuda
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+    recorded, completed = [], set()
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(_cuda, "_raw_stream", lambda index: 7)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: f"s7 on {device}")
+    monkeypatch.setattr(_cuda, "_RECORD", lambda event, stream: recorded.append((event, stream)))
+    monkeypatch.setattr(_cuda, "_QUERY", lambda event: event in completed)
+    monkeypatch.setattr(_cuda, "_ELAPSED", lambda start, end: 12.5)  # milliseconds, as CUDA says
+    events = _cuda.CudaEvents(torch.device("cuda", 1))
+    a, b = events.record(), events.record()
+    assert recorded == [(a, "s7 on cuda:1"), (b, "s7 on cuda:1")] and a is not b
+    completed.add(a)
+    assert events.done(a) and not events.done(b)
+    assert events.elapsed_s(a, b) == pytest.approx(0.0125)
+    events.release(a)
+    assert events.record() is a  # from the pool, recorded again
+    with pytest.raises(ValueError, match="device must be a CUDA torch.device"):
+        _cuda.CudaEvents(torch.device("cpu"))

@@ -51,7 +51,7 @@ class RankFigures:
         rank: the rank.
         iterations: iterations the figures cover.
         etl_ms: mean data wait.
-        forward_ms: mean training forward pass (host time), ``None`` when not measured.
+        forward_ms: mean training forward pass (host time; device time on CUDA), ``None`` when not measured.
         compute_ms: mean time in the step (forward, backward with the collectives, optimizer step).
         other_ms: mean host time that is neither data wait nor the step.
         iteration_ms: mean iteration time.

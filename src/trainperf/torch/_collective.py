@@ -1,4 +1,5 @@
-"""Where one rank's iteration goes around DDP's collectives, timed on the host, with no device sync.
+"""Where one rank's iteration goes around DDP's collectives, timed on the host (on CUDA, on the
+device), with no device sync.
 
 Under ``DistributedDataParallel`` every rank waits for the slowest one inside the collectives, so
 iteration times are equal and only the split tells the ranks apart. For one DDP model this times,
@@ -24,6 +25,12 @@ tens of microseconds per bucket). A comm hook the user registers after this (``r
 a built-in one) runs inside one that times its launch. DDP takes one hook only: a Python hook
 registered before the timing started cannot be wrapped, so its launches are seen where it makes them
 (see :mod:`trainperf.torch._launches`); a C++ one's short time counts as ``wait``.
+
+On CUDA with NCCL the host does not block in the all-reduce (the compute stream waits for the
+communication stream), so a host-timed wait would say nothing. There the same boundaries record
+CUDA events instead, and ``forward``, ``backward``, ``wait`` and ``step`` are the device's times
+between them, read once the events have completed, a few iterations late (see
+:mod:`trainperf.torch._device_phases`); ``comm`` stays the hooks' host time.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from typing import Any
 import torch
 from torch import is_grad_enabled
 
+from ._cuda import CudaEvents
+from ._device_phases import BackwardPass, DevicePhases, EventSource
 from ._launches import LaunchWatch
 
 __all__ = ["CollectiveTimer", "find_ddp", "wrapper_on_stack"]
@@ -82,10 +91,13 @@ class CollectiveTimer:
         untimed: why the collectives are not timed (the FSDP that shards the model, see
             :mod:`trainperf.torch._fsdp`), with ``ddp`` ``None``: then nothing is timed, and the
             adapters do not tap the forward pass either.
+        events: where a DDP model on CUDA gets its device events (default: CUDA's, on the model's
+            device); unused elsewhere.
     """
 
     def __init__(self, ddp: Any, add_time: Callable[[str, float], None], add_sample: Callable[[str, float], None],
-                 clock: Callable[[], float], *, untimed: str | None = None) -> None:
+                 clock: Callable[[], float], *, untimed: str | None = None,
+                 events: EventSource | None = None) -> None:
         self.ddp = ddp
         self.untimed = untimed
         self.clock = clock
@@ -103,9 +115,12 @@ class CollectiveTimer:
         self._user: tuple[Callable[..., Any], Any] | None = None
         self._sync_buffers: Any = None
         # With NCCL on CUDA the host does not block in the collective (the device's stream waits):
-        # a host-timed wait would say nothing, so none is recorded and the analysis compares what
-        # precedes the collective instead.
+        # a host-timed wait would say nothing, so the phases and the wait are read off device events.
         self.host_waits = ddp is not None and getattr(ddp, "device_type", "cpu") != "cuda"
+        self.device_phases: DevicePhases | None = None
+        if ddp is not None and not self.host_waits:
+            source = events if events is not None else CudaEvents(getattr(ddp, "device", torch.device("cuda")))
+            self.device_phases = DevicePhases(source, add_time, add_sample)
         self.mode = "none" if ddp is None else self._install_hook()
         # a Python comm hook DDP already holds: its launches are seen in torch.distributed's functions
         self._launches = LaunchWatch(clock) if self.mode != "none" and getattr(ddp, "_comm_hooks", None) else None
@@ -128,13 +143,18 @@ class CollectiveTimer:
             # under ``no_sync`` (gradient accumulation) DDP prepares no all-reduce for this backward pass
             self._syncs = self.ddp is None or bool(getattr(self.ddp, "require_backward_grad_sync", True))
             self._forward_start = self.clock()
+            if self.device_phases is not None:
+                self.device_phases.forward_start()
 
     def after_forward(self) -> None:
         started = self._forward_start
         if started is not None:
             self._forward_start = None
             self._forward_end = now = self.clock()
-            if self._on:
+            device = self.device_phases
+            if device is not None:
+                device.forward_end()
+            elif self._on:
                 self._add("forward", now - started)
 
     # -- the gradients and the comm hook -------------------------------------------------------
@@ -161,6 +181,8 @@ class CollectiveTimer:
             self._launch_late = 0.0  # hooks launched before this gradient were not after the last one
             if self._launches is not None:
                 self._launches.arm()
+            if self.device_phases is not None:  # each replaces the one before: the last one stays
+                self.device_phases.last_gradient()
 
         return seen
 
@@ -209,6 +231,8 @@ class CollectiveTimer:
         self._launch_late = 0.0
         if self._launches is not None:
             self._launches.arm()
+        if self.device_phases is not None:
+            self.device_phases.last_gradient()
         _ENGINE.queue_callback(self._after_finalize)
 
     def _after_finalize(self) -> None:
@@ -226,11 +250,18 @@ class CollectiveTimer:
                 late = max(late, launched - ready)  # the earlier hook's time to its last launch
         if ready is None or not self._on:
             return
+        if early or late:
+            self._add("comm", early + late)
+        device = self.device_phases
+        if device is not None:  # the device's times, read once its events have completed
+            device.backward_end(BackwardPass(self._syncs, early, late, self._broadcast if self._syncs else 0.0))
+            if self._syncs:
+                self._broadcast = 0.0
+            self._forward_end = None
+            return
         forward_end = self._forward_end
         if forward_end is not None and ready > forward_end:
             self._add("backward", max(0.0, ready - forward_end - early))
-        if early or late:
-            self._add("comm", early + late)
         if not self._syncs:  # a micro-batch under no_sync: no collective ran, its wait comes later
             self._forward_end = None
             self._left = now
@@ -248,6 +279,10 @@ class CollectiveTimer:
     # -- the optimizer step ----------------------------------------------------------------------
     def on_step(self, now: float) -> None:
         """The iteration's optimizer step ended at ``now`` (the adapter's reading of the clock)."""
+        device = self.device_phases
+        if device is not None:
+            device.step_end()
+            return
         left = self._left
         if left is not None:
             self._left = None
@@ -258,6 +293,9 @@ class CollectiveTimer:
         """Stop adding times (the listener closed). The comm hook stays (DDP cannot drop it) and
         keeps calling the user's hook; the buffer broadcast gets DDP's own method back."""
         self._on = False
+        device, self.device_phases = self.device_phases, None
+        if device is not None:
+            device.close()  # what the device has not reached is not waited for
         if self._launches is not None:
             self._launches.close()
         if self.ddp is not None and self._sync_buffers is None:

@@ -11,9 +11,71 @@ import torch
 
 from ..core import Collector, Probe
 
-__all__ = ["CudaTimeline"]
+__all__ = ["CudaEvents", "CudaTimeline", "CurrentStream"]
 
 _MB = 1024.0 * 1024.0
+
+
+def _cuda_device(device: Any) -> torch.device:
+    """``device`` as a CUDA ``torch.device`` with its index; a ``ValueError`` for anything else."""
+    if not isinstance(device, torch.device) or device.type != "cuda":
+        raise ValueError(f"device must be a CUDA torch.device, got {device!r}")
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+class CurrentStream:
+    """A device's current stream, where the model's work is queued now (call it).
+
+    Looked up again only when the current stream's raw handle changes (a ``torch.cuda.stream``
+    context, or the autograd engine's thread, which runs with the stream of the forward pass):
+    ``torch.cuda.current_stream`` costs several microseconds of Python per call.
+
+    Args:
+        device: the CUDA device, with its index.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._raw_stream: int | None = None
+        self._stream: torch.cuda.Stream | None = None
+
+    def __call__(self) -> torch.cuda.Stream:
+        raw = _raw_stream(self.device.index)
+        if raw is None or raw != self._raw_stream or self._stream is None:
+            self._stream = torch.cuda.current_stream(self.device)
+            self._raw_stream = raw
+        return self._stream
+
+
+class CudaEvents:
+    """Timing events on a CUDA device's current stream, recycled: the event source of the
+    collective timing on CUDA (see :class:`trainperf.torch._device_phases.EventSource`). Nothing
+    here waits for the device: :meth:`done` is ``Event.query()``.
+
+    Args:
+        device: the CUDA device the model runs on.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = _cuda_device(device)
+        self._pool: list[torch.cuda.Event] = []
+        self._stream = CurrentStream(self.device)
+        # C calls, without a Python frame of ours around them: a few of each per iteration
+        self.done: Callable[[torch.cuda.Event], bool] = _QUERY
+        """Whether the device has reached the event: ``Event.query()``, which never waits."""
+        self.release: Callable[[torch.cuda.Event], None] = self._pool.append
+        """Give an event back, to be recorded again."""
+
+    def record(self) -> torch.cuda.Event:
+        pool = self._pool
+        event = pool.pop() if pool else torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        _RECORD(event, self._stream())
+        return event
+
+    def elapsed_s(self, start: torch.cuda.Event, end: torch.cuda.Event) -> float:
+        return float(_ELAPSED(start, end)) / 1000.0
 
 
 class CudaTimeline:
@@ -31,16 +93,9 @@ class CudaTimeline:
     """
 
     def __init__(self, device: torch.device) -> None:
-        if not isinstance(device, torch.device) or device.type != "cuda":
-            raise ValueError(f"device must be a CUDA torch.device, got {device!r}")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        self.device = device
+        self.device = device = _cuda_device(device)
         self._pool: list[torch.cuda.Event] = []
-        # The current stream, looked up again only when its raw handle changes (a ``torch.cuda.stream``
-        # context): ``torch.cuda.current_stream`` costs several microseconds of Python per call.
-        self._raw_stream: int | None = None
-        self._stream: torch.cuda.Stream | None = None
+        self.current_stream = CurrentStream(device)
         self._ended: deque[tuple[torch.cuda.Event | None, torch.cuda.Event]] = deque()
         self._begin: torch.cuda.Event | None = None
         self._origin: torch.cuda.Event | None = None
@@ -49,14 +104,6 @@ class CudaTimeline:
         event = self._pool.pop() if self._pool else torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         _RECORD(event, self.current_stream())
         return event
-
-    def current_stream(self) -> torch.cuda.Stream:
-        """The device's current stream, where the model's work is queued now."""
-        raw = _raw_stream(self.device.index)
-        if raw is None or raw != self._raw_stream or self._stream is None:
-            self._stream = torch.cuda.current_stream(self.device)
-            self._raw_stream = raw
-        return self._stream
 
     def start(self) -> None:
         """Forget what was recorded; the first window's device time starts now."""
