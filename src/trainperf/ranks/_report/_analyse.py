@@ -403,7 +403,9 @@ def _phases_seen(slowest: Sequence[dict[str, Any]], rank_windows: Sequence[dict[
 def _in_words(straggler: dict[str, Any], analysed: int) -> str:
     """A listed straggler's evidence with how often it held the others back."""
     pattern = straggler.get("pattern")
-    when = f"{pattern}" if pattern else f"in {straggler['windows']} of {analysed} windows"
+    when = f"in {straggler['windows']} of {analysed} windows"
+    if pattern:  # work every n-th iteration: the pattern says when; otherwise both
+        when = pattern if pattern.startswith("every ") else f"{when}; {pattern}"
     return f"{straggler['evidence']} ({when})"
 
 

@@ -30,7 +30,6 @@ _PHASES_OF = {
     "backward": (("backward",), "backward pass"),
     "optimizer": (("step",), "optimizer step"),
 }
-_WHOLE = (tuple(p for p in SPAN_PHASES if p != "report"), "iteration time")
 
 
 def steady(rank: Rank) -> list[int]:
@@ -84,10 +83,12 @@ def named_stragglers(ranks: Sequence[Rank]) -> tuple[list[dict[str, Any]], int]:
     # window: work done in some iterations only (a checkpoint every n-th step)
     for s in over_run.values():
         if s.rank not in listed:
-            out.append(_entry(s, found.get((s.rank, s.cause), []), analysed, _pattern(by_number[s.rank], s.cause, run)))
+            entry = _entry(s, found.get((s.rank, s.cause), []), analysed, _pattern(by_number[s.rank], s.cause, run))
+            out.append({**entry, "evidence": f"{s.evidence}, over the run"})
     for entry in out:
         whole = over_run.get(entry["rank"])
-        if entry["pattern"] and whole is not None and whole.cause == entry["cause"]:
+        regular = str(entry["pattern"] or "").startswith("every ")
+        if regular and whole is not None and whole.cause == entry["cause"]:
             # time spent in some iterations: what it costs the others is the run's figure
             entry["excess_ms"], entry["evidence"] = _r(whole.excess_ms), f"{whole.evidence}, over the run"
     out.sort(key=lambda s: (-int(s["windows"]), -float(s["excess_ms"] or 0.0)))
@@ -101,9 +102,11 @@ def _entry(s: Straggler, items: Sequence[tuple[int, Straggler]], analysed: int, 
 
 
 def _pattern(rank: Rank, cause: str, run: Sequence[RankFigures]) -> str | None:
-    """When the rank's time in the cause's phases stands out, iteration by iteration (its spans)."""
+    """When the rank's time in the cause's phase stands out, iteration by iteration (its spans)."""
     figures = next((f for f in run if f.rank == rank.rank), None)
-    phases, words = _PHASES_OF.get(cause, _WHOLE)
+    if cause not in _PHASES_OF:
+        return None  # GC, a comm hook: no span of their own to tell the iterations apart
+    phases, words = _PHASES_OF[cause]
     if cause == "host" and figures is not None and figures.gap:
         phases = ("data", "other")  # the gap before the forward pass holds the host work
     wanted = {SPAN_PHASES.index(p) for p in phases}
