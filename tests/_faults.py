@@ -17,6 +17,7 @@ of its own. A scenario's slowed rank sleeps ``delay_s`` per iteration in its pha
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
@@ -42,12 +43,14 @@ class Scenario:
     loop: str = "loader"  # or "generator"
     bn: bool = False
     every: int = 1  # the rank is slowed in one window of every ``every`` (intermittent when > 1)
+    accumulate: int = 1  # micro-batches per optimizer step, all but the last under ``no_sync``
 
     @property
     def name(self) -> str:
         bn = "-bn" if self.bn else ""
         every = f"-1of{self.every}" if self.every > 1 else ""
-        return f"{self.fault}-r{self.slow_rank}-{self.loop}{bn}{every}"
+        accumulate = f"-acc{self.accumulate}" if self.accumulate > 1 else ""
+        return f"{self.fault}-r{self.slow_rank}-{self.loop}{bn}{every}{accumulate}"
 
     @property
     def expected(self) -> str | None:
@@ -101,7 +104,8 @@ def _gc_cost(heap: list[Any]) -> float:
 
 def _run_scenario(rank, out, plan, scenario, heap, gc_per_object, torch, dist, listener_cls, attach) -> None:
     delay = plan.delay_s
-    iterations = plan.frequency * (plan.windows + 1)
+    micro = scenario.accumulate
+    iterations = plan.frequency * (plan.windows + 1) * micro  # micro-batches
     state = {"i": 0}
 
     def slowed() -> bool:
@@ -129,13 +133,13 @@ def _run_scenario(rank, out, plan, scenario, heap, gc_per_object, torch, dist, l
             return iterations
 
         def __getitem__(self, i):
-            if scenario.fault == "data" and _slowed(scenario, rank, i + 1, plan.frequency):
+            if scenario.fault == "data" and _slowed(scenario, rank, i // micro + 1, plan.frequency):
                 time.sleep(delay)
             return torch.randn(8, 16), torch.randn(8, 1)
 
     def generator() -> Iterator[tuple[Any, Any]]:
         for i in range(iterations):
-            if scenario.fault == "data" and _slowed(scenario, rank, i + 1, plan.frequency):
+            if scenario.fault == "data" and _slowed(scenario, rank, i // micro + 1, plan.frequency):
                 time.sleep(delay)
             yield torch.randn(8, 16), torch.randn(8, 1)
 
@@ -159,13 +163,18 @@ def _run_scenario(rank, out, plan, scenario, heap, gc_per_object, torch, dist, l
     if scenario.fault == "gc":
         heap[:] = [[i] for i in range(int(delay / gc_per_object))]
     source = torch.utils.data.DataLoader(Data(), batch_size=None) if scenario.loop == "loader" else generator()
-    for x, y in source:
-        state["i"] += 1
-        opt.zero_grad()
-        out_ = model(x)
-        if scenario.fault == "loss" and slowed():
-            time.sleep(delay)
-        torch.nn.functional.mse_loss(out_, y).backward()
+    for k, (x, y) in enumerate(source):
+        last = k % micro == micro - 1  # the step's last micro-batch: the one whose backward pass syncs
+        if k % micro == 0:
+            state["i"] += 1
+            opt.zero_grad()
+        with contextlib.nullcontext() if last else model.no_sync():
+            out_ = model(x)
+            if scenario.fault == "loss" and slowed():
+                time.sleep(delay)
+            torch.nn.functional.mse_loss(out_, y).backward()
+        if not last:
+            continue
         opt.step()
         if scenario.fault == "host" and slowed():
             time.sleep(delay)

@@ -329,9 +329,10 @@ def test_time_in_lightnings_own_collective_between_steps_is_a_wait_not_other_tim
     callback._account = StepAccountant(lambda *args: recorded.append(args), at=0.001, add_wait=waits.append)
     callback._wrap_loop_collective(trainer)
     assert loop._broadcast_sigterm_tensor() == "sent" and loop._broadcast_sigterm_tensor() == "sent"
+    # each as it happens: the wait of the step's all-reduce that follows holds both
+    assert waits == [pytest.approx(0.004, abs=1e-12)] * 2 and len(calls) == 2
     callback._account.begin(clock.now + 0.001)  # 3 ms of the loop's own work around 8 ms of broadcasts
     callback._account.end(clock.now + 0.005)
-    assert waits == [pytest.approx(0.008, abs=1e-12)] and len(calls) == 2
     assert recorded[0][5] == pytest.approx(0.003, abs=1e-12)  # other: 0.001 -> 0.012, less the 8 ms
     callback._setup.undo()  # the wrappers undone (and the listener closed)
     assert "_broadcast_sigterm_tensor" not in vars(loop)
