@@ -470,6 +470,32 @@ def test_a_users_batch_end_work_is_other_time_whether_listed_before_or_after_the
     assert run(first=True) == run(first=False) == expected
 
 
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_callback_listed_before_ours_moves_no_time_between_the_step_and_other(tmp_path, clock, accumulate):
+    """2 ms of work in a user's on_train_batch_start and 3 ms in its on_train_batch_end: the callback
+    goes first among the trainer's callbacks, so the split is the same with the user's callback listed
+    before it or after it. Per step: the first micro-batch's batch-start work is the step's (as it is
+    when listed after), and each micro-batch's batch-end work but the last is inside the step too."""
+
+    def run(first: bool) -> list[tuple[float, ...]]:
+        work = [Spends(clock, "on_train_batch_start", 0.002), Spends(clock, "on_train_batch_end", 0.003)]
+        callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
+        trainer = pl.Trainer(callbacks=[*work, callback] if first else [callback, *work], logger=False,
+                             enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                             default_root_dir=tmp_path, accelerator="cpu", devices=1, max_epochs=1,
+                             accumulate_grad_batches=accumulate)
+        trainer.fit(Costly(clock), torch.utils.data.DataLoader(ClockedData(clock, LOAD, 8 * accumulate),
+                                                               batch_size=None))
+        assert trainer.callbacks[0] is callback
+        return [split(r) for r in callback.history]
+
+    k = accumulate
+    etl, step = 5.0 * k, (7.0 + 2.0) * k + 3.0 * (k - 1)
+    # the last micro-batch's batch-end work is other time of the next step: three of them in the first window
+    expected = [(etl, step, 2.25, etl + step + 2.25), (etl, step, 3.0, etl + step + 3.0)]
+    assert run(first=True) == run(first=False) == expected
+
+
 def test_validation_and_checkpoints_count_in_their_windows_and_the_parts_add_up(tmp_path, early_clock):
     """Validation every 3 steps (one 5 ms batch, run for 20 ms) and ``ModelCheckpoint`` every 2 steps
     (writing costs 30 ms), 12 steps in windows of 4: each window's other time is its share of both,
