@@ -1,6 +1,6 @@
 """What the adapters built on PyTorch share (the plain-loop attachment, the Lightning and the Trainer
 callbacks): one training's set-up and its undoing (:class:`TrainingSetup`), the process rank, loader
-advice, batch sizes and tokens."""
+advice, batch sizes and tokens, and the timing of a framework's own collectives (:class:`BlockedCalls`)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,15 @@ from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor, on_cuda_of, worker_pids
 from ._batch import batch_size, batch_tokens
 from ._collective import CollectiveTimer
+from ._dist_calls import BlockedCalls
 from ._flops import StepFlopCounter, step_format
 from ._registry import hooked_step_levels
 from ._setup import Teardown, TrainingSetup, join_cluster, time_collectives, use_model_device
 
 __all__ = [
-    "CollectiveTimer", "StepFlopCounter", "Teardown", "TrainingSetup", "hooked_step_levels", "loop_hooks",
-    "step_format", "batch_size", "join_cluster", "token_counter", "loader_advisor", "on_cuda_of", "process_rank",
-    "time_collectives", "use_model_device", "worker_pids",
+    "BlockedCalls", "CollectiveTimer", "StepFlopCounter", "Teardown", "TrainingSetup", "hooked_step_levels",
+    "loop_hooks", "step_format", "batch_size", "join_cluster", "token_counter", "loader_advisor", "on_cuda_of",
+    "process_rank", "time_collectives", "use_model_device", "worker_pids",
 ]
 
 
