@@ -96,11 +96,12 @@ def test_collective_wait_between_steps_is_neither_host_time_nor_data():
     account.fetch(0.01, samples=1)
     account.begin(0.06)
     account.wait(0.5)  # inside the step: not taken from other either way
+    assert calls.waits == [pytest.approx(0.04), pytest.approx(0.5)]  # as they happen: the step's wait holds them
     account.end(0.9)
     row = split(calls.rows[0])
     assert row["other"] == pytest.approx(0.01)
     assert row["etl"] == pytest.approx(0.01)
-    assert calls.waits == [pytest.approx(0.54)]
+    assert len(calls.waits) == 2
 
 
 def test_without_a_wait_sink_collective_waits_stay_in_the_step():
@@ -293,6 +294,24 @@ def test_without_a_loader_or_a_first_sign_a_span_inside_comes_out_of_the_whole_i
     account.span("checkpoint", 0.1, within=True)
     account.end_gap(0.5, samples=None, batches=1)  # a reading before the boundary: no room at all
     assert split(calls.rows[2])["other"] == 0.0
+
+
+def test_without_a_loader_later_micro_batches_timed_in_the_iterable_add_to_the_gaps_data_wait():
+    calls, account = make(at=0.0)
+    account.span("eval", 0.010)
+    account.begin(0.030)  # 20 ms of gap left, 8 of them in the iterable
+    account.fetch(0.006, batch=False)  # the iterable between micro-batches, inside the step
+    account.fetch(0.007, batch=False)
+    account.end_gap(0.080, samples=12, batches=3, data=0.008)
+    row = split(calls.rows[0])
+    assert row["started"] is None and row["batches"] == 3
+    assert row["etl"] == pytest.approx(0.021) and row["other"] == pytest.approx(0.022)
+    # only the gap's own share is capped by the gap: 50 ms timed in a 20 ms gap, and 6 ms inside
+    account.begin(0.100)
+    account.fetch(0.006, batch=False)
+    account.end_gap(0.120, samples=None, batches=2, data=0.050)
+    row = split(calls.rows[1])
+    assert row["etl"] == pytest.approx(0.026) and row["other"] == pytest.approx(0.0)
 
 
 def test_without_a_loader_spans_longer_than_the_gap_leave_no_data_wait():

@@ -276,3 +276,32 @@ def test_with_gradient_accumulation_only_the_synced_backward_gives_a_wait(group)
     assert times.count("forward") == steps * micro
     assert times.count("backward") == steps * micro
     assert times.count("step") == steps
+
+
+def test_a_frameworks_own_collective_waits_join_the_wait_and_leave_backward_and_step(group):
+    """A framework's collective blocks 15 ms between the forward pass and backward() (a reduce of a
+    logged value) and 10 ms between the backward pass and the optimizer step; its adapter hands the
+    stopwatch's reading to add_wait: 25 ms of wait per iteration, none of it backward or step time."""
+    listener = PerformanceListener(4, sinks=[], verdict=False)
+    ddp = torch.nn.parallel.DistributedDataParallel(Net())
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    timer = attach(ddp, listener)._collective
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+
+    def blocked(seconds: float) -> None:
+        began = time.perf_counter()
+        time.sleep(seconds)
+        timer.add_wait(time.perf_counter() - began)
+
+    for _ in range(12):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        blocked(0.015)
+        loss.backward()
+        blocked(0.010)
+        opt.step()
+    listener.close()
+    for r in list(listener.history)[1:]:
+        extra = r.extra
+        assert 25.0 <= extra["wait_ms"] < 25.0 + 8.0, extra
+        assert extra["backward_ms"] < 8.0 and extra["step_ms"] < 8.0, extra

@@ -5,6 +5,7 @@ See ``tests/_faults.py``; ``benchmarks/fault_matrix.py`` runs the full matrix on
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -82,3 +83,25 @@ def test_three_ranks_in_the_shapes_real_runs_have(tmp_path):
             assert o.pattern.startswith("every 5th iteration, 10") and o.pattern.endswith(" ms of host time"), o.pattern
             continue
         assert o.acting >= 2 and o.right >= 0.9 * o.acting, (s.name, o.wrong)
+
+
+def test_two_ranks_with_gradient_accumulation_name_the_slow_loader_and_count_every_micro_batchs_wait(tmp_path):
+    """Four micro-batches per optimizer step, the first three under ``no_sync``; rank 1's batches each
+    take 25 ms longer, from a DataLoader and from a generator, with one micro-batch per step as the
+    control. Every window names rank 1 and ``data``; its data wait holds every micro-batch's (about
+    4 x 25 ms per step), and it is the rank that waits least in the collectives."""
+    scenarios = (Scenario("data", 1), Scenario("data", 1, accumulate=4), Scenario("data", 1, "generator", accumulate=4))
+    plan = Plan(2, scenarios, windows=8)
+    _check(plan, tmp_path)
+    for s in scenarios:
+        per_rank = {}
+        for rank in range(plan.world):
+            lines = (tmp_path / s.name / f"rank-{rank}" / "windows.jsonl").read_text().splitlines()
+            steady = [w for w in map(json.loads, lines) if not w.get("warmup")]
+            assert all(w["batches"] == plan.frequency * s.accumulate for w in steady), s.name
+            per_rank[rank] = steady
+        slow, other = per_rank[1], per_rank[0]
+        etl = statistics.median(w["etl_ms"] for w in slow)
+        assert etl >= 0.8 * s.accumulate * plan.delay_s * 1e3, (s.name, etl)
+        waits = [statistics.median(w["extra"]["wait_ms"] for w in ws) for ws in (slow, other)]
+        assert waits[0] < waits[1], (s.name, waits)

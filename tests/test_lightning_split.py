@@ -329,9 +329,10 @@ def test_time_in_lightnings_own_collective_between_steps_is_a_wait_not_other_tim
     callback._account = StepAccountant(lambda *args: recorded.append(args), at=0.001, add_wait=waits.append)
     callback._wrap_loop_collective(trainer)
     assert loop._broadcast_sigterm_tensor() == "sent" and loop._broadcast_sigterm_tensor() == "sent"
+    # each as it happens: the wait of the step's all-reduce that follows holds both
+    assert waits == [pytest.approx(0.004, abs=1e-12)] * 2 and len(calls) == 2
     callback._account.begin(clock.now + 0.001)  # 3 ms of the loop's own work around 8 ms of broadcasts
     callback._account.end(clock.now + 0.005)
-    assert waits == [pytest.approx(0.008, abs=1e-12)] and len(calls) == 2
     assert recorded[0][5] == pytest.approx(0.003, abs=1e-12)  # other: 0.001 -> 0.012, less the 8 ms
     callback._setup.undo()  # the wrappers undone (and the listener closed)
     assert "_broadcast_sigterm_tensor" not in vars(loop)
@@ -466,6 +467,32 @@ def test_a_users_batch_end_work_is_other_time_whether_listed_before_or_after_the
     k = accumulate
     etl, step = 5.0 * k, 7.0 * k + 8.0 * (k - 1)  # the micro-batches' own batch-end work is inside the step
     expected = [(etl, step, 6.0, etl + step + 6.0), (etl, step, 8.0, etl + step + 8.0)]
+    assert run(first=True) == run(first=False) == expected
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_callback_listed_before_ours_moves_no_time_between_the_step_and_other(tmp_path, clock, accumulate):
+    """2 ms of work in a user's on_train_batch_start and 3 ms in its on_train_batch_end: the callback
+    goes first among the trainer's callbacks, so the split is the same with the user's callback listed
+    before it or after it. Per step: the first micro-batch's batch-start work is the step's (as it is
+    when listed after), and each micro-batch's batch-end work but the last is inside the step too."""
+
+    def run(first: bool) -> list[tuple[float, ...]]:
+        work = [Spends(clock, "on_train_batch_start", 0.002), Spends(clock, "on_train_batch_end", 0.003)]
+        callback = PerformanceCallback(4, sinks=[], clock=clock, verdict=False, report_hardware=False)
+        trainer = pl.Trainer(callbacks=[*work, callback] if first else [callback, *work], logger=False,
+                             enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                             default_root_dir=tmp_path, accelerator="cpu", devices=1, max_epochs=1,
+                             accumulate_grad_batches=accumulate)
+        trainer.fit(Costly(clock), torch.utils.data.DataLoader(ClockedData(clock, LOAD, 8 * accumulate),
+                                                               batch_size=None))
+        assert trainer.callbacks[0] is callback
+        return [split(r) for r in callback.history]
+
+    k = accumulate
+    etl, step = 5.0 * k, (7.0 + 2.0) * k + 3.0 * (k - 1)
+    # the last micro-batch's batch-end work is other time of the next step: three of them in the first window
+    expected = [(etl, step, 2.25, etl + step + 2.25), (etl, step, 3.0, etl + step + 3.0)]
     assert run(first=True) == run(first=False) == expected
 
 

@@ -7,14 +7,14 @@ listener's, which stands still while trainperf works):
   started or ended an epoch) after blocking for some seconds: **data wait**, wherever it falls;
 * :meth:`StepAccountant.begin`: the first sign of the step's own work (a batch handed to the
   step, a training forward pass); later calls in the same iteration change nothing;
-* :meth:`StepAccountant.wait`: seconds blocked in a collective the framework runs between steps
-  (Lightning's stop-signal broadcast, the Trainer's count of tokens across ranks): **collective
-  wait**, never host work;
+* :meth:`StepAccountant.wait`: seconds blocked in a collective the framework runs itself, between
+  steps or between a step's micro-batches (Lightning's stop-signal broadcast, the Trainer's count of
+  tokens across ranks and its gather of the loss when it logs): **collective wait**, never host work;
 * :meth:`StepAccountant.span`: seconds of evaluation or checkpointing between steps: **other host
   time**, and also its own figure (``eval_ms``, ``checkpoint_ms``);
 * :meth:`StepAccountant.end`: the optimizer step ended; the iteration is handed to the listener;
   :meth:`StepAccountant.end_gap` instead, when no loader delivered its batches (the data wait is
-  then the gap before the step's first sign).
+  then the gap before the step's first sign, with what later micro-batches waited inside the step).
 
 The iteration runs from the previous step's end (its *boundary*) to this one's. Its parts add up:
 data wait (every fetch of the iteration, micro-batches after the first included), other host time
@@ -56,12 +56,13 @@ class StepAccountant:
         record: called once per iteration with its figures (the listener's :meth:`record_step`).
         at: where the first iteration begins, on the clock every later reading comes from.
         add_time: where named parts go (the listener's ``add_time``): the spans' seconds.
-        add_wait: where collective waits between steps go (a collective timer's ``add_wait``);
-            without one they count as the step's time, never as host time.
+        add_wait: where collective waits go as they happen (a collective timer's ``add_wait``, so
+            that the wait it records for the iteration holds them); without one they count as the
+            step's time, never as host time.
     """
 
-    __slots__ = ("_record", "_add_time", "_add_wait", "boundary", "began", "etl", "_etl_before", "_wait",
-                 "_wait_before", "_span_before", "_span_within", "samples", "batches", "tokens", "steps", "skipped")
+    __slots__ = ("_record", "_add_time", "_add_wait", "boundary", "began", "etl", "_etl_before", "_wait_before",
+                 "_span_before", "_span_within", "samples", "batches", "tokens", "steps", "skipped")
 
     def __init__(self, record: Record, *, at: float = 0.0, add_time: Callable[[str, float], None] | None = None,
                  add_wait: Callable[[float], None] | None = None) -> None:
@@ -79,8 +80,7 @@ class StepAccountant:
         self.began: float | None = None  # the first sign of the step's own work
         self.etl = 0.0
         self._etl_before = 0.0  # data wait before that sign (inside the gap, so not host work)
-        self._wait = 0.0
-        self._wait_before = 0.0
+        self._wait_before = 0.0  # collective waits before that sign
         self._span_before = 0.0  # spans before that sign: other host time, also inside a gap
         self._span_within = 0.0  # spans after it, moved out of the step into other host time
         self.samples: int | None = 0
@@ -117,10 +117,12 @@ class StepAccountant:
             self.began = at
 
     def wait(self, seconds: float) -> None:
-        """``seconds`` blocked in a collective outside the step (a framework's own, between steps)."""
-        self._wait += seconds
+        """``seconds`` blocked in a collective the framework runs itself, between steps or inside one
+        (between micro-batches): collective wait, never the loop's host time."""
         if self.began is None:
             self._wait_before += seconds
+        if self._add_wait is not None:
+            self._add_wait(seconds)
 
     def span(self, kind: str, seconds: float, *, within: bool = False) -> None:
         """``seconds`` of ``kind`` (``"eval"``, ``"checkpoint"``) between steps: other host time, and
@@ -156,9 +158,6 @@ class StepAccountant:
             room = at - began - (self.etl - self._etl_before)
             if room > 0.0:
                 other += within if within < room else room
-        wait = self._wait
-        if wait and self._add_wait is not None:
-            self._add_wait(wait)
         steps = self.steps or 1
         count = self.batches if batches is None else batches
         known = count == self.batches and count > 0
@@ -174,7 +173,8 @@ class StepAccountant:
         its data wait is the gap from the boundary to its first sign (the listener's ``started=``,
         ``etl_source == "gap"``), less the spans in that gap, which are other host time. ``data``:
         the seconds of the gap timed inside the loop's iterable; then that much of the gap (with the
-        fetches' own) is the data wait and the rest other host time. ``samples`` and ``batches``
+        fetches' own) is the data wait and the rest other host time, and fetches after the first
+        sign (the iterable timed between micro-batches) add to the data wait. ``samples`` and ``batches``
         are the caller's (counted from forward passes); no tokens are known. Without a first sign
         (a forward that was not seen) the fetches' wait alone is the data wait, the rest the step."""
         began = self.began
@@ -187,8 +187,11 @@ class StepAccountant:
                 gap = began - self.boundary
                 if gap < 0.0:
                     gap = 0.0
-                etl = min(gap - spans if gap > spans else 0.0, etl + data)
-                other = gap - etl
+                # the gap's data wait, never more than the gap less its spans; the fetches after the
+                # first sign (later micro-batches) are data wait inside the step on top of it
+                before = min(gap - spans if gap > spans else 0.0, self._etl_before + data)
+                other = gap - before
+                etl = before + etl - self._etl_before
         within = self._span_within
         if within:
             room = at - (began if began is not None else self.boundary)

@@ -12,7 +12,8 @@ step seen at all while ``trainer.global_step`` moved, the iteration ends in ``on
 What follows a step's end up to the next ``on_train_batch_start`` (every callback's
 ``on_train_batch_end``, logging, validation, checkpoints, the loop's own work, an epoch's edge) is
 other host time of the next iteration; validation and checkpoint saving are also reported as
-``eval_ms`` and ``checkpoint_ms``.
+``eval_ms`` and ``checkpoint_ms``. The callback puts itself first among the trainer's callbacks, so
+the order they were given in moves no time between the step and the host time around it.
 
 Data wait: Lightning has no hook around fetching a batch. During an epoch the callback times the
 training data fetcher's own ``next()`` on the dataloader iterator (through the profiler callables
@@ -129,6 +130,7 @@ class PerformanceCallback(_CallbackBase):
             self.listener = self._runs.new()
             self._clock = self.listener.clock
         self._reset_state()
+        _go_first(trainer, self)
         if self.log_to_loggers and trainer.loggers:
             self.listener.add_sink(LoggerSink(trainer))
         # Lightning creates the first epoch's iterator (and, for a loader without a length, fetches
@@ -293,9 +295,9 @@ class PerformanceCallback(_CallbackBase):
         self._setup.wrap(epoch_loop, "_on_after_fetch", after)
 
     def _wrap_loop_collective(self, trainer: Any) -> None:
-        """Time the collective Lightning's training loop runs between steps (a broadcast of whether
-        rank 0 got SIGTERM, Lightning 2.5 and later): the ranks that wait there for a late rank 0
-        are waiting, not doing host work."""
+        """Time the collective Lightning's training loop runs before every batch (a broadcast of whether
+        rank 0 got SIGTERM, Lightning 2.5 and later; before every micro-batch with accumulation): the
+        ranks that wait there for a late rank are waiting, not doing host work or the step's."""
         epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
         clock = self._clock
 
@@ -334,3 +336,15 @@ class PerformanceCallback(_CallbackBase):
     def history(self) -> Any:
         """The listener's recent records."""
         return self.listener.history
+
+
+def _go_first(trainer: Any, callback: Any) -> None:
+    """Put ``callback`` first among the trainer's callbacks, so that its hooks run before any other's
+    whatever order they were given in: a callback listed before it moves no time between the step
+    and the host time around it (its ``on_train_batch_start`` work is the step's, as it is when
+    listed after). Lightning calls ``setup`` over the same list: the callbacks after this one in it
+    keep their places, so each is still called once."""
+    callbacks = getattr(trainer, "callbacks", None)
+    if isinstance(callbacks, list) and callback in callbacks and callbacks[0] is not callback:
+        callbacks.remove(callback)
+        callbacks.insert(0, callback)

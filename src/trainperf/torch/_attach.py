@@ -23,7 +23,9 @@ When no loader can be seen (an iterable that is not a DataLoader, not wrapped wi
 data wait falls back to the gap between the previous step and the next forward pass, and the record
 says so (``etl_source == "gap"``). Samples and batches then come from the forwards, a forward on
 the same input tensor as an earlier one in the step counting once. Evaluation and checkpoints in
-that gap are other time, not data wait. The arithmetic is a :class:`~trainperf.core._accountant.StepAccountant`'s.
+that gap are other time, not data wait. A distributed run times the iterable itself, under DDP also
+between micro-batches (``no_sync``): every micro-batch's data wait counts. The arithmetic is a
+:class:`~trainperf.core._accountant.StepAccountant`'s.
 """
 
 from __future__ import annotations
@@ -150,6 +152,7 @@ class Attachment:
             if self._collective_pending:  # the first training forward of a distributed run: DDP is on the stack
                 self._collective_pending = False
                 self._collective = self._setup.time_collectives(self.model)
+                self._time_micro_batches()
             account = self._account
             if self._timeline is not None and not account.batches:  # no loader seen: it starts here
                 self._timeline.begin()
@@ -157,6 +160,10 @@ class Attachment:
                 self._flop_counter.begin()
             if account.began is None:  # earlier by other models' and late steps: compute, not other
                 account.begin(now - self._peer_busy - self._late_busy)
+        elif self._gap is not None:  # a later micro-batch: the iterable timed since the last one's backward
+            data = self._gap.close()
+            if data:
+                self._account.fetch(data, batch=False)
         if self._account.batches:  # the loader's batches give samples and batches
             return None
         first = args[0] if args else None
@@ -321,9 +328,20 @@ class Attachment:
             if joined:
                 gap = self._gap = GapSplitter(self.clock)
                 setup.defer(gap.close)
+                self._time_micro_batches()
         boundary = self.clock() if at is None else at
         self._account.restart(boundary)
         self.listener.start(boundary)  # the first fetch, when one began training, is in the first window
+
+    def _time_micro_batches(self) -> None:
+        """Without a loader, time the iterable from each backward pass under ``no_sync`` to the next
+        forward too: every micro-batch's data wait counts, not only the first one's."""
+        if self._collective is not None and self._gap is not None:
+            self._collective.micro_batch_done = self._micro_batch_done
+
+    def _micro_batch_done(self) -> None:
+        if self._gap is not None and not self._account.batches:  # a loader's fetches are timed where they happen
+            self._gap.open()
 
     # public -----------------------------------------------------------------
     def set_score(self, loss: Any) -> None:

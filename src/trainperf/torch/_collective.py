@@ -17,6 +17,11 @@ per iteration, on the listener's clock:
   collective, and their forward and backward passes count toward the rank's own time;
 * ``step``: from the end of the backward pass to the end of the optimizer step.
 
+A training framework's own collectives (Lightning's stop-signal broadcast, the Hugging Face
+Trainer's gathers) are timed by its adapter and given to :meth:`CollectiveTimer.add_wait`: they join
+the wait of the next backward pass that runs the all-reduce, and are taken out of the ``backward``
+or ``step`` they fell in.
+
 The rank the others wait for is the one that waits least; its own phases say why (see
 :mod:`trainperf.ranks._stragglers`). The timing is a hook on the parameter whose gradient comes last
 (found in the first backward pass) and a callback queued on the autograd engine that runs after
@@ -103,7 +108,8 @@ class CollectiveTimer:
         self.clock = clock
         self._add = add_time
         self._add_sample = add_sample
-        self._broadcast = 0.0  # waits in the buffer broadcast since the last backward pass
+        self._broadcast = 0.0  # waits in the buffer broadcast and add_wait's since the last all-reduce
+        self._held = 0.0  # add_wait's since the latest forward's or backward pass's end: not that phase's time
         self._forward_start: float | None = None
         self._forward_end: float | None = None
         self._syncs = True  # the backward pass of the latest training forward runs DDP's all-reduce
@@ -114,6 +120,8 @@ class CollectiveTimer:
         self._on = True
         self._user: tuple[Callable[..., Any], Any] | None = None
         self._sync_buffers: Any = None
+        #: called when a backward pass under ``no_sync`` ended (a micro-batch before the step's last)
+        self.micro_batch_done: Callable[[], None] | None = None
         # With NCCL on CUDA the host does not block in the collective (the device's stream waits):
         # a host-timed wait would say nothing, so the phases and the wait are read off device events.
         self.host_waits = ddp is not None and getattr(ddp, "device_type", "cpu") != "cuda"
@@ -151,6 +159,7 @@ class CollectiveTimer:
         if started is not None:
             self._forward_start = None
             self._forward_end = now = self.clock()
+            self._held = 0.0
             device = self.device_phases
             if device is not None:
                 device.forward_end()
@@ -258,23 +267,31 @@ class CollectiveTimer:
             if self._syncs:
                 self._broadcast = 0.0
             self._forward_end = None
+            self._held = 0.0
+            if not self._syncs and self.micro_batch_done is not None:
+                self.micro_batch_done()
             return
         forward_end = self._forward_end
         if forward_end is not None and ready > forward_end:
-            self._add("backward", max(0.0, ready - forward_end - early))
+            self._add("backward", max(0.0, ready - forward_end - early - self._held))
+        self._forward_end = None
+        self._left = now
+        self._held = 0.0
         if not self._syncs:  # a micro-batch under no_sync: no collective ran, its wait comes later
-            self._forward_end = None
-            self._left = now
+            if self.micro_batch_done is not None:
+                self.micro_batch_done()
             return
         if self.host_waits:
             self._add_sample("wait", max(0.0, now - ready - late) + self._broadcast)
         self._broadcast = 0.0
-        self._forward_end = None
-        self._left = now
 
     def add_wait(self, seconds: float) -> None:
-        """Time blocked in another collective of the iteration (a training framework's own)."""
+        """Time blocked in another collective (a training framework's own), as it happens: it joins the
+        wait of the next backward pass that runs the all-reduce, and is not the time of the phase it fell
+        in (``backward``, ``step``)."""
         self._broadcast += seconds
+        if self._forward_end is not None or self._left is not None:
+            self._held += seconds
 
     # -- the optimizer step ----------------------------------------------------------------------
     def on_step(self, now: float) -> None:
@@ -286,8 +303,9 @@ class CollectiveTimer:
         left = self._left
         if left is not None:
             self._left = None
-            if self._on and now > left:
-                self._add("step", now - left)
+            took = now - left - self._held
+            if self._on and took > 0.0:
+                self._add("step", took)
 
     def stop(self) -> None:
         """Stop adding times (the listener closed). The comm hook stays (DDP cannot drop it) and

@@ -1,6 +1,7 @@
 """What the adapters built on PyTorch share (the plain-loop attachment, the Lightning and the Trainer
 callbacks): one training's set-up and its undoing (:class:`TrainingSetup`), the process rank, loader
-advice, batch sizes and tokens, and whether FSDP shards a model."""
+advice, batch sizes and tokens, whether FSDP shards a model, and the timing of a framework's own
+collectives (:class:`BlockedCalls`)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,16 @@ from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor, on_cuda_of, worker_pids
 from ._batch import batch_size, batch_tokens
 from ._collective import CollectiveTimer
+from ._dist_calls import BlockedCalls
 from ._flops import StepFlopCounter, step_format
 from ._fsdp import find_fsdp
 from ._registry import hooked_step_levels
 from ._setup import Teardown, TrainingSetup, join_cluster, time_collectives, use_model_device
 
 __all__ = [
-    "CollectiveTimer", "StepFlopCounter", "Teardown", "TrainingSetup", "hooked_step_levels", "loop_hooks",
-    "step_format", "batch_size", "find_fsdp", "join_cluster", "token_counter", "loader_advisor", "on_cuda_of",
+    "BlockedCalls", "CollectiveTimer", "StepFlopCounter", "Teardown", "TrainingSetup", "hooked_step_levels",
+    "loop_hooks", "step_format", "batch_size", "find_fsdp", "join_cluster", "token_counter", "loader_advisor",
+    "on_cuda_of",
     "process_rank", "time_collectives", "use_model_device", "worker_pids",
 ]
 

@@ -6,14 +6,15 @@ The Trainer fetches every micro-batch of a step (``get_batch_samples``) before `
 accelerate's ``DataLoaderShard`` fetches one batch ahead. The callback times the base loader's fetches
 made inside that call, counts each fetched batch's samples and tokens in fetch order, and gives a step
 the batches it trained on: as many as ``get_batch_samples`` returned, oldest first. A rank's wait in
-the Trainer's count of tokens across ranks (``average_tokens_across_devices``) inside that call is
-collective wait. The iteration's step begins at ``on_step_begin`` and ends where the optimizer step
-ends (torch's optimizer step hook), whatever the order of the callbacks; a
-:class:`~trainperf.core.StepAccountant` does the arithmetic. Evaluation, logging and saving between
-steps are ``other`` (evaluation and checkpoints are also reported on their own, ``eval_ms`` and
-``checkpoint_ms``); an evaluation's fetches are not data wait. The figures reach the Trainer's own
-logs (so TensorBoard, W&B and the rest get them at the Trainer's step): the callback moves itself
-ahead of the reporting callbacks, which would otherwise run before it.
+the Trainer's own collectives on the training thread (its count of tokens across ranks inside that
+call, the gather of the loss when it logs, ...) is collective wait, between steps or inside one. The
+iteration's step begins at ``on_step_begin`` and ends where the optimizer step ends (torch's
+optimizer step hook), whatever the order of the callbacks; a :class:`~trainperf.core.StepAccountant`
+does the arithmetic. Evaluation, logging and saving between steps are ``other`` (evaluation and
+checkpoints are also reported on their own, ``eval_ms`` and ``checkpoint_ms``); an evaluation's
+fetches are not data wait. The figures reach the Trainer's own logs (so TensorBoard, W&B and the
+rest get them at the Trainer's step): the callback moves itself ahead of the reporting callbacks,
+which would otherwise run before it.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class PerformanceCallback(TrainerCallback):
         listener = self.listener
         self.clock: Callable[[], float] = listener.clock
         self.thread = threading.get_ident()
-        self.account = StepAccountant(listener.record_step, at=0.0, add_time=listener.add_time)
+        self.account = StepAccountant(listener.record_step, at=0.0, add_time=listener.add_time,
+                                      add_wait=self._collective_wait)
         self._count_tokens = token_counter(listener)
         self._fetched: collections.deque[tuple[int | None, int | None]] = collections.deque()  # (samples, tokens)
         self._etl = 0.0  # data wait fetched, not yet handed to the accountant
@@ -155,11 +157,14 @@ class PerformanceCallback(TrainerCallback):
         self._hand_over(batches)
 
     def waited(self, seconds: float) -> None:
-        """Seconds blocked in the Trainer's own collective (the count of tokens across ranks)."""
+        """Seconds blocked in one of the Trainer's own collectives (the count of tokens across ranks, the
+        gather of the loss when it logs): collective wait, between steps or inside one."""
         if self._observing:
             self.account.wait(seconds)
-            if self._collective is not None:
-                self._collective.add_wait(seconds)
+
+    def _collective_wait(self, seconds: float) -> None:
+        if self._collective is not None:  # a distributed run: the wait of the next all-reduce holds it
+            self._collective.add_wait(seconds)
 
     def spent(self, kind: str, seconds: float) -> None:
         if self._observing:

@@ -5,11 +5,15 @@ A few things only the Trainer has are needed:
 
 * ``get_batch_samples`` fetches every micro-batch of a step: the loader fetches inside it are the
   training's (an evaluation's are not), and it returns the batches the step trains on;
-* ``accelerator.gather``, called inside it when ``average_tokens_across_devices`` counts the label
-  tokens of every rank for the loss: a rank blocked there is waiting for a slower rank (collective
-  wait), not doing host work;
+* the Trainer's own collectives on the training thread: ``accelerator.gather`` (inside
+  ``get_batch_samples`` when ``average_tokens_across_devices`` counts the label tokens of every rank
+  for the loss; after each micro-batch with ``include_num_input_tokens_seen``), ``accelerator.reduce``,
+  and ``torch.distributed``'s collectives it calls itself when it logs (the gather of the loss, the
+  broadcast of its FLOP count). A rank blocked in one is waiting for a slower rank (collective wait),
+  not doing host work; the time is given to the callback as it returns (see
+  :class:`~trainperf.torch.shared.BlockedCalls`);
 * ``evaluate`` and ``_save_checkpoint``: their time is reported on its own (``eval_ms``,
-  ``checkpoint_ms``);
+  ``checkpoint_ms``), collectives inside them included;
 * ``model_wrapped``: the ``DistributedDataParallel`` whose collectives are timed, or the FSDP model
   whose collectives are not (said once);
 * ``_inner_training_loop``: however ``train()`` ends (an exception, ``KeyboardInterrupt``), the
@@ -28,9 +32,12 @@ from typing import Any, Protocol
 
 import torch
 
-from ..torch.shared import Teardown, find_fsdp
+from ..torch.shared import BlockedCalls, Teardown, find_fsdp
 
 __all__ = ["collective_model", "find_trainer", "wrap_steps", "wrap_training_loop"]
+
+#: The accelerator's collectives the Trainer calls on the training thread.
+_ACCELERATOR_COLLECTIVES = ("gather", "reduce", "gather_for_metrics", "pad_across_processes", "wait_for_everyone")
 
 #: How far up the call stack the Trainer is looked for (its ``__init__`` or training loop, then the
 #: callback handler's ``call_event`` and the event method).
@@ -81,6 +88,8 @@ def wrap_training_loop(trainer: Any, callback: Trainee, wrappers: Teardown) -> N
 def wrap_steps(trainer: Any, callback: Trainee, wrappers: Teardown) -> None:
     """Wrap what one training run needs (see the module's docstring), undone by ``wrappers.undo()``."""
     clock = callback.clock
+    blocked = BlockedCalls(clock, callback.waited)  # on this thread, the training thread
+    wrappers.defer(blocked.close)
 
     def batch_samples(original: Any) -> Any:
         def get_batch_samples(epoch_iterator: Any, num_batches: int, device: Any) -> Any:
@@ -94,24 +103,14 @@ def wrap_steps(trainer: Any, callback: Trainee, wrappers: Teardown) -> None:
 
         return get_batch_samples
 
-    def gathered(original: Any) -> Any:
-        def gather(*args: Any, **kwargs: Any) -> Any:
-            if not callback.in_step_fetch:  # an evaluation's, a user's: not the step's count of tokens
-                return original(*args, **kwargs)
-            began = clock()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                callback.waited(clock() - began)
-
-        return gather
-
     def spans(kind: str) -> Callable[[Any], Any]:
         def make(original: Any) -> Any:
+            inner = blocked.aside(original)  # its collectives are part of it
+
             def timed(*args: Any, **kwargs: Any) -> Any:
                 began = clock()
                 try:
-                    return original(*args, **kwargs)
+                    return inner(*args, **kwargs)
                 finally:
                     callback.spent(kind, clock() - began)
 
@@ -120,7 +119,10 @@ def wrap_steps(trainer: Any, callback: Trainee, wrappers: Teardown) -> None:
         return make
 
     wrappers.wrap(trainer, "get_batch_samples", batch_samples)
-    wrappers.wrap(getattr(trainer, "accelerator", None), "gather", gathered)
+    accelerator = getattr(trainer, "accelerator", None)
+    for name in _ACCELERATOR_COLLECTIVES:
+        wrappers.wrap(accelerator, name, blocked.timed)
+    wrappers.wrap(trainer, "_nested_gather", blocked.timed)  # the loss gathered when logging, before transformers 5
     wrappers.wrap(trainer, "evaluate", spans("eval"))
     wrappers.wrap(trainer, "_save_checkpoint", spans("checkpoint"))
 

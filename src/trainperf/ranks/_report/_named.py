@@ -23,7 +23,7 @@ MIN_SHARE = 0.02
 MAX_LISTED_WINDOWS = 1000
 
 #: The span phases that hold each cause's time, and the words for it in a pattern.
-_PHASES_OF = {
+_PHASES_OF: dict[str, tuple[tuple[str, ...], str]] = {
     "data": (("data",), "data wait"),
     "host": (("other",), "host time"),
     "forward": (("forward",), "forward pass"),
