@@ -48,19 +48,21 @@ def scenarios(wrap: str, slow_rank: int = 1) -> tuple[Scenario, ...]:
 
 
 def names(run_dir: Path, plan: Plan) -> dict[int, list[tuple[int, str]]]:
-    """What ``find_stragglers`` names in each steady window every rank reported, by the window's last
-    iteration: the report's rule, window by window, as ``judge`` applies it."""
-    from trainperf.ranks._stragglers import find_stragglers, rank_figures
+    """What the report's rule names in each steady window every rank reported, by the window's last
+    iteration, as ``judge`` applies it (the ranks' common windows judged against the run)."""
+    from trainperf.ranks._stragglers import rank_figures
+    from trainperf.ranks._windows import common_windows, judge_windows
 
-    by_window: dict[int, list[Any]] = {}
+    by_rank: dict[int, list[tuple[int, Any]]] = {}
     for rank in range(plan.world):
         for line in (run_dir / f"rank-{rank}" / "windows.jsonl").read_text().splitlines():
             w = json.loads(line)
             f = None if w.get("warmup") else rank_figures(rank, w)
             if f is not None:
-                by_window.setdefault(int(w["iteration"]), []).append(f)
-    return {last: [(s.rank, s.cause) for s in find_stragglers(figures)]
-            for last, figures in sorted(by_window.items()) if len(figures) == plan.world}
+                by_rank.setdefault(rank, []).append((int(w["iteration"]), f))
+    windows = [(last, figures) for last, figures in common_windows(by_rank) if len(figures) == plan.world]
+    judged, _ = judge_windows([figures for _, figures in windows])
+    return {last: [(s.rank, s.cause) for s in found] for (last, _), found in zip(windows, judged, strict=True)}
 
 
 def innocent(run_dir: Path, scenario: Scenario, plan: Plan) -> tuple[int, int, list[str]]:
