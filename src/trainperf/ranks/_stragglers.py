@@ -259,17 +259,23 @@ def find_stragglers(figures: Sequence[RankFigures], *, run: Sequence[RankFigures
     costly = None if run is None else costly_ranks(run)
     left = list(figures)
     named: list[RankFigures] = []
-    first = dict(zip((f.rank for f in figures), _lateness(figures, typical)[0], strict=True))
+    order, _ = _lateness(left, typical)
+    first = dict(zip((f.rank for f in left), order, strict=True))
+
+    def counts(rank: int) -> bool:
+        """Whether the rank costs the others over the run or is late beyond the healthy spread."""
+        return (costly is None or rank in costly
+                or (spread is not None and first[rank] > spread.get(rank, math.inf) + margin))
+
     while len(left) >= 2:
-        order, _ = _lateness(left, typical)
-        # the latest rank past the margin that costs the others over the run or is late beyond the
-        # healthy spread; a rank within the spread stays among the others it is compared with
-        chosen = next((k for k in sorted(range(len(left)), key=lambda k: -order[k]) if order[k] > margin and (
-            costly is None or left[k].rank in costly
-            or (spread is not None and first[left[k].rank] > spread.get(left[k].rank, math.inf) + margin))), None)
+        # the latest rank past the margin that counts; a rank within the spread stays among the
+        # others it is compared with
+        ranked = sorted(range(len(left)), key=lambda k: -order[k])
+        chosen = next((k for k in ranked if order[k] > margin and counts(left[k].rank)), None)
         if chosen is None:
             break
         named.append(left.pop(chosen))
+        order, _ = _lateness(left, typical)
     # each straggler against the ranks not named: what it costs those who wait for it
     unnamed = [f for f in figures if f not in named]
     found = []

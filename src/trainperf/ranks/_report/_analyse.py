@@ -15,6 +15,7 @@ from ...records import percentile
 from .._layout import SPAN_PHASES
 from .._stragglers import RankFigures, Straggler, cluster_line
 from ._load import Rank, load_run
+from ._load import rounded as _r
 from ._named import named_stragglers
 from ._named import steady as _steady
 
@@ -58,9 +59,6 @@ def build_report(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         raise TypeError(f"run_dir must be the path of a run directory (str or os.PathLike), got {run_dir!r}")
     return analyse(load_run(run_dir))
 
-
-def _r(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None or not math.isfinite(value) else round(value, digits) + 0.0  # no -0.0
 
 
 def _finite(values: Sequence[float]) -> list[float]:

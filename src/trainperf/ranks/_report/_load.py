@@ -55,6 +55,11 @@ def num(value: Any) -> float | None:
     return f if -MAX_FIGURE < f < MAX_FIGURE else None
 
 
+def rounded(value: float | None, digits: int = 3) -> float | None:
+    """A figure for the report: rounded to ``digits``, ``None`` when missing or not finite (never -0.0)."""
+    return None if value is None or not math.isfinite(value) else round(value, digits) + 0.0
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 

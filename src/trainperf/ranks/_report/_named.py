@@ -13,6 +13,7 @@ from .._pattern import recurrence
 from .._stragglers import RankFigures, Straggler, find_stragglers, rank_figures
 from .._windows import common_windows, judge_windows
 from ._load import Rank
+from ._load import rounded as _r
 
 __all__ = ["named_stragglers", "steady"]
 
@@ -47,9 +48,6 @@ def _figures(rank: Rank, k: int) -> RankFigures | None:
     values["etl_source"] = "gap" if w["gap"][k] else "loader"
     return rank_figures(rank.rank, values)
 
-
-def _r(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None or not math.isfinite(value) else round(value, digits) + 0.0
 
 
 def named_stragglers(ranks: Sequence[Rank]) -> tuple[list[dict[str, Any]], int]:
