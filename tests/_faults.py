@@ -273,11 +273,9 @@ class Outcome:
         return self.scenario.named <= listed and (self.scenario.period == 1 or self.pattern is not None)
 
 
-def judge(run_dir: Path, scenario: Scenario, plan: Plan) -> Outcome:
-    """Each steady window judged as the report judges it (the ranks' common windows, each rank's
-    figures over the run, ``find_stragglers``), and the report's own list of stragglers. A scenario
-    whose fault acts in some iterations of every window (``period``) is judged over the run only."""
-    from trainperf import build_report
+def judged_windows(run_dir: Path, plan: Plan) -> list[tuple[int, list[Any]]]:
+    """What the report's rule names in each steady window every rank reported, by the window's last
+    iteration: the ranks' common windows, judged against the run (``judge_windows``)."""
     from trainperf.ranks._stragglers import rank_figures
     from trainperf.ranks._windows import common_windows, judge_windows
 
@@ -292,9 +290,18 @@ def judge(run_dir: Path, scenario: Scenario, plan: Plan) -> Outcome:
             if f is not None:
                 by_rank.setdefault(rank, []).append((int(w["iteration"]), f))
     windows = [(last, figures) for last, figures in common_windows(by_rank) if len(figures) == plan.world]
-    outcome = Outcome(scenario, wrong=[])
     judged, _ = judge_windows([figures for _, figures in windows])
-    for (last, _), stragglers in zip(windows, judged, strict=True):
+    return [(last, stragglers) for (last, _), stragglers in zip(windows, judged, strict=True)]
+
+
+def judge(run_dir: Path, scenario: Scenario, plan: Plan) -> Outcome:
+    """Each steady window judged as the report judges it (the ranks' common windows, each rank's
+    figures over the run, ``find_stragglers``), and the report's own list of stragglers. A scenario
+    whose fault acts in some iterations of every window (``period``) is judged over the run only."""
+    from trainperf import build_report
+
+    outcome = Outcome(scenario, wrong=[])
+    for last, stragglers in judged_windows(run_dir, plan):
         found = {(s.rank, s.cause) for s in stragglers}
         if scenario.period > 1:
             continue

@@ -9,11 +9,10 @@ cause, and a slow ``forward`` pass names nobody (:func:`names` tells what each w
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from _faults import WRAPS, Plan, Scenario, _slowed
+from _faults import WRAPS, Plan, Scenario, _slowed, judged_windows
 
 #: The faults FSDP runs: the three that precede the collectives, a forward pass, and nobody.
 FAULTS = ("data", "host", "gc", "forward", "none")
@@ -49,20 +48,8 @@ def scenarios(wrap: str, slow_rank: int = 1) -> tuple[Scenario, ...]:
 
 def names(run_dir: Path, plan: Plan) -> dict[int, list[tuple[int, str]]]:
     """What the report's rule names in each steady window every rank reported, by the window's last
-    iteration, as ``judge`` applies it (the ranks' common windows judged against the run)."""
-    from trainperf.ranks._stragglers import rank_figures
-    from trainperf.ranks._windows import common_windows, judge_windows
-
-    by_rank: dict[int, list[tuple[int, Any]]] = {}
-    for rank in range(plan.world):
-        for line in (run_dir / f"rank-{rank}" / "windows.jsonl").read_text().splitlines():
-            w = json.loads(line)
-            f = None if w.get("warmup") else rank_figures(rank, w)
-            if f is not None:
-                by_rank.setdefault(rank, []).append((int(w["iteration"]), f))
-    windows = [(last, figures) for last, figures in common_windows(by_rank) if len(figures) == plan.world]
-    judged, _ = judge_windows([figures for _, figures in windows])
-    return {last: [(s.rank, s.cause) for s in found] for (last, _), found in zip(windows, judged, strict=True)}
+    iteration, as ``judge`` applies it."""
+    return {last: [(s.rank, s.cause) for s in found] for last, found in judged_windows(run_dir, plan)}
 
 
 def innocent(run_dir: Path, scenario: Scenario, plan: Plan) -> tuple[int, int, list[str]]:

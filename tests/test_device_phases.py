@@ -186,11 +186,9 @@ def test_phase_durations_are_the_devices_not_the_hosts_launch_time():
 
 
 def test_comm_hooks_host_time_and_host_waits_adjust_the_device_figures():
-    clock = FakeClock(0.0)
-    device = FakeDevice(clock)
-    events = FakeEvents(device)
-    got: dict[str, list[float]] = defaultdict(list)
-    phases = DevicePhases(events, lambda n, s: got[n].append(s), lambda n, s: got[n].append(s))
+    r = Rank(0)  # driven by hand: its device and phases
+    device, got, phases = r.device, r.figures, r.phases
+    assert phases is not None
     phases.forward_start()
     device.launch(0.010)
     phases.forward_end()
@@ -243,11 +241,9 @@ def test_events_are_recycled():
 
 
 def test_a_later_gradient_in_the_same_pass_replaces_the_mark():
-    clock = FakeClock(0.0)
-    device = FakeDevice(clock)
-    events = FakeEvents(device)
-    got: dict[str, list[float]] = defaultdict(list)
-    phases = DevicePhases(events, lambda n, s: got[n].append(s), lambda n, s: got[n].append(s))
+    r = Rank(0)  # driven by hand: its device, events and phases
+    clock, device, events, got, phases = r.clock, r.device, r.events, r.figures, r.phases
+    assert phases is not None
     phases.forward_start()
     phases.forward_end()
     for _ in range(3):  # the first backward pass marks every gradient: the last one is not known yet
