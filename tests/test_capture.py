@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 
+from _needs import integration
 from trainperf import CaptureRule, MemorySink, PerformanceListener, format_line, parse_log
 from trainperf.profile._capture import Capture
 
@@ -431,8 +432,9 @@ def test_the_options_are_checked_by_name(tmp_path):
         PerformanceListener(profile_dir=tmp_path, profile_rule={"slowdown": 2})
 
 
+@pytest.mark.integration
 def test_holistic_trace_analysis_reads_each_ranks_capture_and_its_steps(tmp_path, clock):
-    hta = pytest.importorskip("hta.trace_analysis")
+    hta = integration("hta.trace_analysis")
     w = torch.randn(32, 32)
     for rank in (0, 1):
         with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,

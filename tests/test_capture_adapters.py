@@ -11,6 +11,8 @@ import warnings
 
 import pytest
 
+from _needs import integration
+
 torch = pytest.importorskip("torch")
 
 from trainperf import MemorySink, PerformanceListener  # noqa: E402
@@ -84,9 +86,10 @@ def test_lightning(tmp_path, clock, package_name):
     assert [r.iteration for r in memory.records if r.capture] == [100]
 
 
+@pytest.mark.integration
 def test_trainer(tmp_path, clock):
-    pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
+    integration("transformers")
+    integration("accelerate")
     from transformers import Trainer
 
     from test_transformers import Padded, arguments, tiny_model

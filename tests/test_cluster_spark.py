@@ -7,12 +7,15 @@ import shutil
 
 import pytest
 
+from _needs import integration
+
 pytest.importorskip("torch")
-pytest.importorskip("pyspark")
-pytest.importorskip("pyspark.ml.torch.distributor")
+integration("pyspark")
+integration("pyspark.ml.torch.distributor")
 
 pytestmark = [
     pytest.mark.realtime,
+    pytest.mark.integration,
     pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs Java"),
 ]
 

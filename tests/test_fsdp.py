@@ -12,6 +12,8 @@ import warnings
 
 import pytest
 
+from _needs import integration
+
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
@@ -153,8 +155,9 @@ def test_a_lightning_module_sharded_in_configure_model_is_found(fake_fsdp):
     assert fsdp_of(trainer, torch.nn.Linear(4, 1)) is None
 
 
+@pytest.mark.integration
 def test_the_trainers_fsdp_model_is_untimed_and_named(fake_fsdp):
-    pytest.importorskip("transformers")
+    integration("transformers")
     from trainperf.transformers._trainer import collective_model
 
     model = torch.nn.Linear(4, 1)

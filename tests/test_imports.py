@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from _needs import integration
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "trainperf"
 
@@ -113,6 +115,14 @@ def test_nothing_imports_transformers_or_accelerate_unless_the_trainer_adapter_i
             named |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
                       if isinstance(node, ast.ImportFrom) and not node.level}
             assert not named & {"transformers", "accelerate"}, name
+
+
+@pytest.mark.integration
+def test_the_trainer_adapter_imports_transformers():
+    import subprocess
+    import sys
+
+    integration("transformers")
     code = "import sys, trainperf.transformers; print('transformers' in sys.modules)"
     used = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert used.strip() == "True"

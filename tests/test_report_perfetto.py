@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from _needs import integration
 from _simulate import simulate
 from trainperf.ranks._report import _perfetto, write_report
 
@@ -57,9 +58,10 @@ def test_profiler_steps_only_cover_the_spans_kept(tmp_path, monkeypatch):
     assert len(kept) == 5 and steps == [f"ProfilerStep#{i}" for i in sorted(set(kept))]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("last", [False, True])
 def test_holistic_trace_analysis_reads_every_rank_and_iteration(tmp_path, last):
-    pytest.importorskip("hta", reason="HolisticTraceAnalysis is not installed")
+    integration("hta")
     from hta.trace_analysis import TraceAnalysis
 
     per_rank_traces(tmp_path)

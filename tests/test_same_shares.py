@@ -24,8 +24,10 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("accelerate")
+from _needs import integration
+
+transformers = integration("transformers")
+integration("accelerate")
 pl = pytest.importorskip("pytorch_lightning")
 
 from transformers import PretrainedConfig, PreTrainedModel  # noqa: E402
@@ -33,7 +35,7 @@ from transformers import PretrainedConfig, PreTrainedModel  # noqa: E402
 from trainperf import MemorySink, PerformanceListener  # noqa: E402
 from trainperf.torch import attach  # noqa: E402
 
-pytestmark = pytest.mark.realtime
+pytestmark = [pytest.mark.realtime, pytest.mark.integration]
 
 BATCH = 4
 STEPS, FREQUENCY, EVAL_EVERY, SAVE_EVERY, EVAL_BATCHES = 16, 4, 4, 8, 2

@@ -11,8 +11,12 @@ import warnings
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("accelerate")
+from _needs import integration
+
+transformers = integration("transformers")
+integration("accelerate")
+
+pytestmark = pytest.mark.integration
 
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 

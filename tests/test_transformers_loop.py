@@ -12,8 +12,12 @@ import warnings
 import pytest
 import torch
 
-pytest.importorskip("transformers")
-pytest.importorskip("accelerate")
+from _needs import integration
+
+integration("transformers")
+integration("accelerate")
+
+pytestmark = pytest.mark.integration
 
 from transformers import Trainer, TrainerCallback  # noqa: E402
 
