@@ -1,0 +1,21 @@
+"""Collection rules for the whole suite (``tests/`` and the docstring examples in ``src/trainperf``)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_TRAINER_ADAPTER = HERE / "src" / "trainperf" / "transformers"
+
+
+def pytest_ignore_collect(collection_path: Path) -> bool | None:
+    """Leave out what is not a test module: the helpers in ``tests/_*.py`` (scripts and shared code
+    that ``--doctest-modules`` would otherwise import) and, without transformers, the Trainer adapter's
+    docstrings (its modules import it); ``None`` lets pytest decide the rest."""
+    if collection_path.suffix == ".py" and collection_path.name.startswith("_") \
+            and collection_path.parent == HERE / "tests":
+        return True
+    if collection_path.is_relative_to(_TRAINER_ADAPTER) and importlib.util.find_spec("transformers") is None:
+        return True
+    return None
