@@ -67,6 +67,13 @@ class Rank(threading.Thread):
             self.error = exc
 
 
+def never_waited(timeout_s: float = TIMEOUT_S) -> float:
+    """The bound on one ``record_iteration`` call that shows it never waited for the link: the only wait the
+    link could impose is its timeout, so a call shorter than half of it did not wait, while a loaded machine's
+    scheduling delays (tens of milliseconds) stay far below it."""
+    return 0.5 * timeout_s
+
+
 def run_ranks(store, world: int, ranks, run_dir, **options) -> tuple[dict[int, Rank], list[str]]:
     """Run ``ranks`` to their end; the ranks and every warning any of them gave."""
     per_rank = {k: options.pop(k) for k in ("every", "frequency", "close", "pause_s")
@@ -97,7 +104,7 @@ def run_ranks(store, world: int, ranks, run_dir, **options) -> tuple[dict[int, R
 def test_closing_sends_every_ranks_files_without_a_warning_whatever_the_report_count(tmp_path, iterations):
     ranks, messages = run_ranks(dist.HashStore(), 3, range(3), tmp_path, iterations=iterations, slow_rank=2)
     assert messages == []
-    assert max(r.took for r in ranks.values()) < TIMEOUT_S and max(r.worst for r in ranks.values()) < 0.05
+    assert max(r.took for r in ranks.values()) < TIMEOUT_S and max(r.worst for r in ranks.values()) < never_waited()
     cluster0 = ranks[0].cluster
     assert cluster0.joined == {1, 2} and cluster0.silent == {}
     assert cluster0.lines and "straggler rank 2 (data" in cluster0.lines[-1]
@@ -124,19 +131,19 @@ def test_a_run_shorter_than_the_link_takes_to_form_still_sends_files_and_clocks(
 
 
 def test_rank_zero_alone_listening_never_blocks_and_warns_once(tmp_path):
-    ranks, messages = run_ranks(dist.HashStore(), 3, [0], tmp_path, iterations=20, timeout_s=0.5, pause_at=10,
-                                pause_s=0.6)
+    ranks, messages = run_ranks(dist.HashStore(), 3, [0], tmp_path, iterations=20, timeout_s=1.0, pause_at=10,
+                                pause_s=1.2)
     r0 = ranks[0]
-    assert r0.worst < 0.05 and r0.took < 0.5
+    assert r0.worst < never_waited(1.0) and r0.took < 1.0  # its close does not wait the timeout again
     assert len(messages) == 1 and "no other rank linked" in messages[0], messages
     assert len((tmp_path / "rank-0" / "windows.jsonl").read_text().splitlines()) == 10
 
 
 def test_ranks_without_rank_zero_never_block_and_warn_once_each(tmp_path):
-    ranks, messages = run_ranks(dist.HashStore(), 3, [1, 2], tmp_path, iterations=20, timeout_s=0.5, pause_at=10,
-                                pause_s=0.6)
+    ranks, messages = run_ranks(dist.HashStore(), 3, [1, 2], tmp_path, iterations=20, timeout_s=1.0, pause_at=10,
+                                pause_s=1.2)
     for r in ranks.values():
-        assert r.worst < 0.05 and r.took < 0.5
+        assert r.worst < never_waited(1.0) and r.took < 1.0
     assert len(messages) == 2 and all("rank 0 did not link" in m for m in messages), messages
 
 
@@ -153,7 +160,7 @@ def test_ranks_at_other_rates_never_block_or_warn(tmp_path):
     ranks, messages = run_ranks(dist.HashStore(), 3, range(3), tmp_path, iterations=31, every={0: 2, 1: 3, 2: 5},
                                 frequency={0: 2, 1: 5, 2: 3}, timeout_s=3.0)
     assert messages == []
-    assert max(r.worst for r in ranks.values()) < 0.05 and max(r.took for r in ranks.values()) < 3.0
+    assert max(r.worst for r in ranks.values()) < never_waited(3.0) and max(r.took for r in ranks.values()) < 3.0
     assert ranks[0].cluster.lines and ranks[0].cluster.silent == {}
     for r in range(3):
         assert (tmp_path / f"rank-{r}" / "meta.json").exists()
@@ -309,11 +316,15 @@ def test_both_sides_of_a_clock_round_sleep_while_they_wait():
     member.round = 5
     own = links[1]._store
     own.set("ping/1/5/0", "0")
-    threading.Timer(0.6, lambda: own.set("offset/1/5", "nan,nan")).start()
+    sent: list[float] = []
+    threading.Timer(0.6, lambda: (own.set("offset/1/5", "nan,nan"), sent.append(time.perf_counter()))).start()
     began, cpu = time.perf_counter(), time.thread_time()
     member._answer_pings()
-    waited, used = time.perf_counter() - began, time.thread_time() - cpu
-    assert 0.5 < waited < 1.0 and member.round == 6 and used <= 0.1 * waited, (waited, used)
+    ended = time.perf_counter()
+    waited, used = ended - began, time.thread_time() - cpu
+    # it waits until rank 0's answer comes (when the timer fired, however late a loaded machine runs it), no longer
+    assert 0.5 < waited and sent and ended - sent[0] < 0.4 and member.round == 6, (waited, sent, ended)
+    assert used <= 0.1 * waited, (waited, used)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for link in links:
