@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 
 import trainperf
+from _needs import PACKAGES as INTEGRATION_PACKAGES
+from _needs import integration
 
 ROOT = Path(__file__).parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -212,6 +214,8 @@ def _params() -> list[object]:
     params = []
     for e in ALL:
         marks = ([pytest.mark.realtime] if e.timeout > TIMEOUT_S else []) + ([pytest.mark.gpu] if e.gpu else [])
+        if set(e.needs) & set(INTEGRATION_PACKAGES):  # Spark, the Trainer, trace analysis: the integration command
+            marks.append(pytest.mark.integration)
         params.append(pytest.param(e, marks=marks, id=e.name))
     return params
 
@@ -221,6 +225,8 @@ def test_the_docs_python_block_runs_as_written(example, runner, tmp_path):
     for command in example.commands:
         if shutil.which(command) is None:
             pytest.skip(f"{example.name} needs the {command} command, which is not on the PATH")
+    for module in set(example.needs) & set(INTEGRATION_PACKAGES):
+        integration(module)
     answer = _ask(runner, {"code": example.code, "name": str(example.path.relative_to(ROOT)), "cwd": str(tmp_path),
                            "needs": example.needs, "gpu": example.gpu, "given": example.given,
                            "timeout": example.timeout}, example.timeout)
