@@ -224,6 +224,71 @@ def test_the_allocators_counters_are_read_at_most_once_per_interval(monkeypatch,
         AllocatorCounters(device, min_interval_s=-1.0)
 
 
+def test_the_first_report_reads_the_peaks_though_the_counters_were_read_at_the_start(monkeypatch, clock):
+    """The retries collector reads the counters twice as training starts (its baseline, then the
+    listener's start): the memory probe, with no figures yet to repeat, still reads them at the
+    first report, sooner than the interval; later reports repeat, as usual, until it has passed."""
+    import torch
+
+    from trainperf.torch._cuda import AllocatorCounters, alloc_retries_reader, memory_probe
+
+    state = {"peak": 3}
+    reads, resets = [], []
+
+    def nested(device):
+        reads.append(clock())
+        return {"allocated_bytes": {"all": {"peak": state["peak"] * 2**20}}, "num_alloc_retries": 0}
+
+    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", nested)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: resets.append(clock()))
+    device = torch.device("cuda", 0)
+    counters = AllocatorCounters(device, min_interval_s=1.0, clock=clock)
+    _, retries = alloc_retries_reader(device, counters)
+    probe = memory_probe(device, counters)
+    retries()  # the collector's baseline, when it is added
+    clock.advance(0.01)
+    retries()  # the listener's start
+    state.update(peak=5)
+    clock.advance(0.2)
+    assert retries() == (0, None) and probe()["cuda_allocated_max_mb"] == 5.0  # the first report
+    assert len(reads) == 2 and resets == reads[-1:]
+    state.update(peak=7)
+    clock.advance(0.2)
+    assert retries() == (0, None) and probe()["cuda_allocated_max_mb"] == 5.0  # too soon: repeated
+    clock.advance(1.0)
+    assert retries() == (0, None) and probe()["cuda_allocated_max_mb"] == 7.0 and len(reads) == 3
+
+
+def test_on_cuda_every_record_carries_the_memory_peaks_from_the_first_window_on(monkeypatch, clock):
+    """Windows shorter than the counters' interval: the first record has the peaks, the next ones
+    repeat them (as documented), none is left without."""
+    import functools
+
+    import torch
+
+    from fake_device import FakeDevice, FakeTimeline
+    from trainperf.torch import _cuda, _setup
+
+    nested = {"allocated_bytes": {"all": {"peak": 3 * 2**20}}, "reserved_bytes": {"all": {"peak": 4 * 2**20}}}
+    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", lambda device: nested)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: None)
+    monkeypatch.setattr(_setup, "AllocatorCounters", functools.partial(_cuda.AllocatorCounters, clock=clock))
+    monkeypatch.setattr(_setup, "nvml_probe", lambda device: None)
+    device = FakeDevice(clock)
+    listener = PerformanceListener(5, clock=clock, sinks=[], sink_thread=False, verdict=False)
+    _setup.use_model_device(listener, torch.device("cuda", 0), lambda d: FakeTimeline(device))
+    listener.start()
+    for _ in range(20):  # 0.4 s in all, under the counters' 1 s interval
+        listener.timeline.begin()
+        device.launch(0.015)
+        clock.advance(0.02)
+        listener.record_iteration(samples=8)
+    listener.close()
+    records = list(listener.history)
+    assert len(records) == 4
+    assert [(r.cuda_allocated_max_mb, r.cuda_reserved_max_mb) for r in records] == [(3.0, 4.0)] * 4
+
+
 def test_nvml_is_read_at_most_once_per_interval_and_repeats_its_last_reading(clock):
     pytest.importorskip("torch")
     from trainperf.torch._nvml import NvmlProbe

@@ -211,7 +211,9 @@ class AllocatorCounters:
     one read a second does. The retries collector reads first in a report (collectors come before
     probes) and leaves a fresh read for the memory probe, which takes it once; between two fresh
     reads the collector sees the same cumulative count (no new retries yet: they are counted at
-    the next read) and the probe repeats its last figures.
+    the next read) and the probe repeats its last figures. The collector also reads as training
+    starts (its baseline), which the probe never takes: at its first report, with nothing to
+    repeat, the probe reads anew however recent that read is.
 
     Args:
         device: the CUDA device.
@@ -231,10 +233,10 @@ class AllocatorCounters:
         self._last: dict[str, Any] = {}
         self._left: dict[str, Any] | None = None
 
-    def _fresh(self) -> dict[str, Any] | None:
-        """A new read of the counters, or ``None`` when the last one is too recent."""
+    def _fresh(self, *, anyway: bool = False) -> dict[str, Any] | None:
+        """A new read of the counters, or ``None`` when the last one is too recent (unless ``anyway``)."""
         now = self._clock()
-        if self._read_at is not None and now - self._read_at < self._min_interval_s:
+        if not anyway and self._read_at is not None and now - self._read_at < self._min_interval_s:
             return None
         self._read_at = now
         self._last = stats = _allocator_stats(self.device)
@@ -247,11 +249,12 @@ class AllocatorCounters:
         self._left = stats  # never a read left from an earlier call (one outside a report, say)
         return stats if stats is not None else self._last
 
-    def take(self) -> dict[str, Any] | None:
+    def take(self, *, first: bool = False) -> dict[str, Any] | None:
         """The new read left by :meth:`read` in this report, else a new one of its own, or ``None``
-        when the last read is too recent (nothing new to say)."""
+        when the last read is too recent (nothing new to say). ``first``: the caller has no figures
+        to repeat yet, so it gets a new read however recent the last (the collector's at the start)."""
         stats, self._left = self._left, None
-        return stats if stats is not None else self._fresh()
+        return stats if stats is not None else self._fresh(anyway=first)
 
 
 def _peak_mb(stats: dict[str, Any], name: str) -> float:
@@ -261,7 +264,9 @@ def _peak_mb(stats: dict[str, Any], name: str) -> float:
 def memory_probe(device: torch.device, counters: AllocatorCounters | None = None) -> Probe:
     """The caching allocator's peaks of allocated and reserved memory since its previous read
     (host-side counters: no synchronisation), reset at each read; read at most once a second
-    (see :class:`AllocatorCounters`), a report in between repeats the last figures.
+    (see :class:`AllocatorCounters`), a report in between repeats the last figures. The first
+    report reads them whatever the time since the retries collector's reads at the start: it has
+    no figures to repeat.
 
     Args:
         device: the CUDA device.
@@ -271,7 +276,7 @@ def memory_probe(device: torch.device, counters: AllocatorCounters | None = None
     last: dict[str, float | None] = {}
 
     def read() -> dict[str, float | None]:
-        stats = shared.take()
+        stats = shared.take(first=not last)
         if stats is not None:
             last.update(
                 cuda_allocated_max_mb=_peak_mb(stats, "allocated_bytes"),
