@@ -5,15 +5,12 @@ from __future__ import annotations
 import functools
 import math
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..base import bad_iteration, check_callable, check_clock, env_rank, iteration_error
-from ..profile import CaptureRule
-from ..ranks import RunDirLink
+from ..base import bad_iteration, check_callable, check_clock, env_rank, host_name, iteration_error
 from ..records import (
     GC_BOUND_SHARE,
     INPUT_BOUND_SHARE,
@@ -35,6 +32,9 @@ from ._options import OPTIONS_DOC, ListenerOptions, TokenCounter, checked_sinks
 from ._own_time import OwnTime
 from ._publish import Publisher
 from ._readings import HostReadings
+
+if TYPE_CHECKING:  # a listener without a capture loads none of the profile package
+    from ..profile import CaptureRule
 
 __all__ = ["PerformanceListener", "BottleneckWarning"]
 
@@ -118,7 +118,7 @@ class PerformanceListener(ListenerSetup):
         self.rank = rank if rank is not None else env_rank()
         self.device: int | None = None
         self.epoch: int | None = None
-        self.host = socket.gethostname()
+        self.host = host_name()
         self.pid = os.getpid()
         user_clock = self._user_clock
         self._readings = HostReadings(self._clock, report_gc=report_gc, report_hardware=options.report_hardware,
@@ -140,7 +140,11 @@ class PerformanceListener(ListenerSetup):
         self._count = 0
         self._resumed_at = 0  # the count a resumed run started from (see start)
         self._next_report = 0
-        self._run_dir = RunDirLink.open(run_dir, self.rank, clock, wall_clock)
+        self._run_dir = None
+        if run_dir is not None:  # a listener without one loads none of the multi-rank package
+            from ..ranks import RunDirLink
+
+            self._run_dir = RunDirLink.open(run_dir, self.rank, clock, wall_clock)
         if self._run_dir is not None:
             self._emitter.sinks.append(self._run_dir.sink)
         self._closer = WindowCloser(self._own, self._readings, self._publisher, self._notices, self._emitter,

@@ -6,13 +6,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import check_bool, check_callable, check_int
-from ..profile import CaptureRule
 from ..records import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds
 from ..sinks import LoggingSink, Sink
 from ..sinks.shared import describe
+
+if TYPE_CHECKING:
+    from ..profile import CaptureRule
 
 __all__: list[str] = []
 
@@ -138,7 +140,7 @@ class ListenerOptions:
         if self.profile_dir is not None and not isinstance(self.profile_dir, (str, os.PathLike)):
             raise TypeError("profile_dir must be a path (str or os.PathLike) or None, got "
                             f"{describe(self.profile_dir)}")
-        if self.profile_rule is not None and not isinstance(self.profile_rule, CaptureRule):
+        if self.profile_rule is not None and not _is_capture_rule(self.profile_rule):
             raise TypeError(f"profile_rule must be a trainperf.CaptureRule or None, got {describe(self.profile_rule)}")
         timeout = self.cluster_timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
@@ -146,6 +148,12 @@ class ListenerOptions:
         object.__setattr__(self, "cluster_timeout_s", float(timeout))
         object.__setattr__(self, "thresholds",
                            Thresholds(self.input_bound_share, self.gc_bound_share, self.loop_bound_share))
+
+
+def _is_capture_rule(value: object) -> bool:
+    from ..profile import CaptureRule  # only a listener given a rule loads the profile package
+
+    return isinstance(value, CaptureRule)
 
 
 def checked_sinks(sinks: Iterable[Sink] | None) -> list[Sink]:
