@@ -63,7 +63,7 @@ class PerformanceListener(ListenerSetup):
         self,
         frequency: int = 1,
         *,
-        report_score: bool = False,
+        report_score: bool | None = None,
         report_gc: bool = False,
         report_etl: bool = True,
         report_iteration: bool = True,
@@ -99,6 +99,7 @@ class PerformanceListener(ListenerSetup):
         )
         self.options = options
         self.frequency = options.frequency
+        self._keeps_score = options.report_score is not False  # a score given is recorded unless refused
         check_callable("clock", clock)
         check_callable("wall_clock", wall_clock)
         sink_list = checked_sinks(sinks)
@@ -292,7 +293,7 @@ class PerformanceListener(ListenerSetup):
             closes = not (self._count < window.end or last[0] < window.start)
             timeline = self._timeline
             if timeline is not None:
-                if closes and self.options.report_score:
+                if closes and self._keeps_score:
                     window.score = self._closer.pending.stage(window.score)
                 timeline.end()
             if not closes:
@@ -365,7 +366,7 @@ class PerformanceListener(ListenerSetup):
         record = None
         window = self._open
         if window.entries:
-            if self.options.report_score:
+            if self._keeps_score:
                 window.score = self._closer.pending.stage(window.score)  # read after the wait below
             record = self._report_locked(window.entries.pop())
         if self._closer.pending:

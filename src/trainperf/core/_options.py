@@ -32,7 +32,10 @@ def _check_share(name: str, value: object) -> float:
 #: the listener's docstring and the adapters' take it from here.
 OPTIONS_DOC = """\
         frequency: report every this many iterations (a positive int).
-        report_score: include the last loss (read with ``float()`` on report iterations only).
+        report_score: the last loss given (:meth:`set_score`, ``record_iteration(score=...)``, ``fit``),
+            read with ``float()`` on report iterations only. ``None`` (the default) records a score
+            whenever one is given; ``True`` also asks the Lightning callback to read the training
+            step's loss; ``False`` leaves the score out, and a score given anyway is warned about once.
         report_gc: measure Python's garbage collection per generation through ``gc.callbacks``.
         report_etl: include the data-loading wait.
         report_iteration: include the window's iteration-time percentiles (p50/p95/max).
@@ -85,7 +88,7 @@ class ListenerOptions:
     """What a listener reports and how (see :class:`~trainperf.PerformanceListener` for each)."""
 
     frequency: int = 1
-    report_score: bool = False
+    report_score: bool | None = None
     report_gc: bool = False
     report_etl: bool = True
     report_iteration: bool = True
@@ -116,7 +119,9 @@ class ListenerOptions:
         frequency = self.frequency
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
             raise ValueError(f"frequency must be a positive int, got {frequency!r}")
-        for name in ("report_score", "report_gc", "report_etl", "report_iteration", "report_time", "report_sample",
+        if self.report_score is not None and not isinstance(self.report_score, bool):
+            raise TypeError(f"report_score must be a bool or None, got {self.report_score!r}")
+        for name in ("report_gc", "report_etl", "report_iteration", "report_time", "report_sample",
                      "report_batch", "verdict"):
             check_bool(name, getattr(self, name))
         for name in ("input_bound_share", "gc_bound_share", "loop_bound_share"):
