@@ -120,3 +120,27 @@ def test_the_help_states_the_contract():
                   "cross entropy of model(inputs) against targets", "--loss names a function(model, batch)",
                   "median run", "--repeats"):
         assert words in text, words
+
+
+def test_the_cli_says_its_progress_on_stderr_and_keeps_stdout_for_the_result(tmp_path):
+    import re
+
+    done = subprocess.run([sys.executable, "-m", "trainperf", "bench", "--iterations", "4", "--decode-ms", "1",
+                           "--repeats", "2"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("trainperf bench: ")]
+    steps = []  # each step in the order said (a long one is said again, with its count)
+    for line in said[:-1]:
+        match = re.fullmatch(r"trainperf bench: \[(\d)/7\] ([a-z -]+?(?:, run \d of 2)?)(?::.*)? \([\d.]+ s elapsed\)",
+                             line)
+        assert match, line
+        if not steps or steps[-1] != match.groups():
+            steps.append(match.groups())
+    runs = [(f"{1 + 3 * r + m}", f"{mode}, run {r + 1} of 2") for r in range(2)
+            for m, mode in enumerate(("as given", "prefetch", "pre-saved"), start=1)]
+    assert steps == [("1", "pre-saving the batches once"), *runs]
+    assert re.fullmatch(r"trainperf bench: done in [\d.]+ s", said[-1])
+    out = done.stdout.splitlines()  # the table alone, as before
+    assert out[0] == "median of 2 runs per mode (spread: the fastest and slowest total)"
+    assert [line.split()[0] for line in out[3:6]] == ["as", "prefetch", "pre-saved"] and len(out) == 8
+    assert "trainperf bench:" not in done.stdout

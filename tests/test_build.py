@@ -45,8 +45,8 @@ def test_a_host_window_becomes_its_record():
 
 
 def test_switched_off_figures_are_none():
-    options = ListenerOptions(verdict=False, report_etl=False, report_time=False,
-                            report_iteration=False, report_sample=False, report_batch=False)
+    options = ListenerOptions(verdict=False, report_etl=False, report_time=False, report_score=False,
+                              report_iteration=False, report_sample=False, report_batch=False)
     r = build_window_record(host(), None, options).record
     assert (r.etl_ms, r.etl_max_ms, r.iteration_ms, r.iteration_p50_ms, r.iteration_p95_ms, r.iteration_max_ms) == (
         None, None, None, None, None, None)

@@ -132,3 +132,33 @@ def test_files_written_whole_get_the_umask_permissions(tmp_path):
             assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
     finally:
         os.umask(old)
+
+
+def _wait_for_progress(command):
+    """Stand-in for slow work: returns once the command's progress line has been said (at most 30 s)."""
+    import sys
+    import time
+
+    deadline = time.monotonic() + 30
+    while f"trainperf {command}: " not in sys.stderr.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_report_or_a_doctor_that_lasts_says_what_it_is_doing_on_stderr(tmp_path, monkeypatch, capsys):
+    import trainperf.diagnosis
+    import trainperf.ranks._report
+    from trainperf.base import _progress
+    from trainperf.diagnosis import DoctorReport
+
+    monkeypatch.setattr(_progress, "EVERY_S", 0.05)  # "lasts": 50 ms here, a few seconds for users
+    monkeypatch.setattr(trainperf.ranks._report, "write_report",
+                        lambda run_dir, output, fmt, say: _wait_for_progress("report") or [output])
+    monkeypatch.setattr(trainperf.diagnosis, "doctor", lambda **kw: _wait_for_progress("doctor") or DoctorReport(()))
+    out = str(tmp_path / "report.html")
+    assert _cli.main(["report", str(tmp_path), "-o", out]) == 0
+    report = capsys.readouterr()
+    assert f"trainperf report: reading {tmp_path} and writing {out} (" in report.err and report.out == ""
+    assert _cli.main(["doctor"]) == 0
+    doctor = capsys.readouterr()
+    assert "trainperf doctor: reading the environment (" in doctor.err and "trainperf doctor" not in doctor.out
+

@@ -204,6 +204,27 @@ def test_step12_sees_a_real_busy_process():
     assert env.other_cpu_percent is not None and env.other_cpu_percent > 50
 
 
+def test_without_psutil_step12_says_it_was_skipped_and_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil raises ImportError
+    report = trainperf.doctor(watch_seconds=0.01)
+    check = report["other_processes"]
+    assert check.status == "skip" and check.fix == "pip install psutil"
+    assert "needs psutil" in check.reason
+    line = next(i for i, text in enumerate(str(report).splitlines()) if "other processes" in text)
+    assert str(report).splitlines()[line + 1].split() == ["to", "run", "it:", "pip", "install", "psutil"]
+    assert json.loads(report.to_json())["checks"][11]["fix"] == "pip install psutil"
+
+
+def test_the_torch_extra_brings_psutil_so_step12_runs():
+    from pathlib import Path
+
+    import tomllib
+
+    extras = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert any(req.startswith("psutil") for req in extras["torch"])
+
+
 def test_step13_oversubscribed_threads():
     env = Environment(torch_threads=16, physical_cores=2, logical_cores=2)
     assert run("threads", env).status == "fail"

@@ -120,10 +120,41 @@ def test_nan_and_inf_loss_are_reported_as_such(clock):
     assert inf.score == math.inf
 
 
-def test_score_left_out_unless_asked(clock):
+def test_a_score_given_is_recorded_without_report_score_and_read_on_report_iterations_only(clock):
+    from trainperf import format_line
+
+    listener, _ = make(clock, 2)
+    score = CountingScore(0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to warn about
+        (first,) = run(listener, clock, [0.01] * 2, score=score)
+        listener.set_score(2.5)
+        (second,) = run(listener, clock, [0.01] * 2)
+    assert (first.score, second.score, score.reads) == (0.3, 2.5, 1)
+    assert "; score: 2.5;" in format_line(second)
+    (none,) = run(listener, clock, [0.01] * 2)  # a window with no score given has none
+    assert none.score is None
+
+
+def test_no_score_given_records_none_and_warns_nothing(clock):
     listener, _ = make(clock, 1)
-    (rec,) = run(listener, clock, [0.01], score=0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (rec,) = run(listener, clock, [0.01])
     assert rec.score is None
+
+
+def test_report_score_false_leaves_a_given_score_out_and_warns_once_naming_the_option(clock):
+    listener, _ = make(clock, 1, report_score=False)
+    score = CountingScore(0.3)
+    with pytest.warns(RuntimeWarning) as said:
+        reports = run(listener, clock, [0.01] * 3, score=score)
+        listener.set_score(1.0)
+        reports += run(listener, clock, [0.01])
+    assert [r.score for r in reports] == [None] * 4 and score.reads == 0
+    assert len(said) == 1
+    assert "report_score=False" in str(said[0].message) and "set_score" in str(said[0].message)
+    assert said[0].filename == __file__  # the user's line
 
 
 def test_unknown_batch_size_warns_once_and_omits_samples(clock):

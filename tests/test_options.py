@@ -48,3 +48,11 @@ def test_a_wrong_option_names_itself(kwargs, message):
         ListenerOptions(**kwargs)
     assert ListenerOptions(cluster_timeout_s=3600).cluster_timeout_s == 3600.0
     assert ListenerOptions(loop_bound_share=100).loop_bound_share == 100.0
+
+
+def test_report_score_is_true_false_or_none_and_records_a_given_score_unless_false():
+    assert ListenerOptions().report_score is None
+    for value in (True, False, None):
+        assert ListenerOptions(report_score=value).report_score is value
+    with pytest.raises(TypeError, match="report_score must be a bool or None, got 1"):
+        ListenerOptions(report_score=1)  # type: ignore[arg-type]

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import gc
 import time
+import warnings
 
 import pytest
 import torch
@@ -120,6 +121,28 @@ def test_fit_reports_score_epochs_and_exact_loader_wait():
     assert [r.epoch for r in recs] == [0, 0, 1, 1]
     assert [r.score for r in recs] == pytest.approx([losses[2], losses[5], losses[8], losses[11]])  # the last step's
     assert all(r.samples_per_sec and r.samples_per_sec > 0 for r in recs)
+
+
+def test_fit_and_a_handle_report_the_score_without_report_score_and_fit_leaves_it_out_quietly_when_false():
+    model, plain = Net(), torch.nn.Linear(4, 2)
+    given, refused = listener(3), listener(3, report_score=False)
+    model.set_listeners(given, refused)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # fit gives the loss only to the listeners that record it
+        model.fit(data(6), opt, torch.nn.functional.cross_entropy)
+    assert all(r.score is not None for r in given.history) and len(given.history) == 2
+    assert [r.score for r in refused.history] == [None, None]
+    handle = attach(plain, listener(2))
+    plain_opt = torch.optim.SGD(plain.parameters(), lr=0.1)
+    for x, y in data(2):
+        plain_opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(plain(x), y)
+        loss.backward()
+        handle.set_score(loss.detach())
+        plain_opt.step()
+    assert handle.listener.history[-1].score == pytest.approx(float(loss))
+    handle.detach()
 
 
 def test_attach_works_on_a_model_whose_class_cannot_change():

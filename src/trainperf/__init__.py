@@ -1,10 +1,12 @@
-"""trainperf: why is my training slow? Data wait, iteration time, throughput and GC, while it trains."""
+"""trainperf: why is my training slow? Data wait, iteration time, throughput and GC, while it trains.
 
+``import trainperf`` loads only the listener's parts (the core, the records, the sinks); the doctor,
+the log reader, the multi-rank report and the profiler capture are imported when first used."""
+
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
+from .base import lazy_names as _lazy_names
 from .core import BottleneckWarning, PerformanceListener
-from .diagnosis import Check, DoctorReport, doctor
-from .logs import ParsedLog, parse_log, plot
-from .profile import CaptureRule
-from .ranks import build_report, run_dir_files, write_run_dir_files
 from .records import (
     SCHEMA_VERSION,
     DeviceTimeline,
@@ -15,7 +17,13 @@ from .records import (
     format_line,
     peak_flops,
 )
-from .sinks import LoggingSink, MemorySink, RunDirSink, Sink, SinkError
+from .sinks import LoggingSink, MemorySink, Sink, SinkError
+
+if _TYPE_CHECKING:
+    from .diagnosis import Check, DoctorReport, doctor
+    from .logs import ParsedLog, parse_log, plot
+    from .profile import CaptureRule
+    from .ranks import RunDirSink, build_report, run_dir_files, write_run_dir_files
 
 __version__ = "0.1.0"
 
@@ -47,3 +55,12 @@ __all__ = [
     "run_dir_files",
     "write_run_dir_files",
 ]
+
+# imported on first use: none of them is needed to listen
+if not _TYPE_CHECKING:  # mypy reads the imports above, so a misspelt name stays an error
+    __getattr__, __dir__ = _lazy_names(__name__, {
+        "Check": ".diagnosis", "DoctorReport": ".diagnosis", "doctor": ".diagnosis",
+        "ParsedLog": ".logs", "parse_log": ".logs", "plot": ".logs",
+        "CaptureRule": ".profile",
+        "RunDirSink": ".ranks", "build_report": ".ranks", "run_dir_files": ".ranks", "write_run_dir_files": ".ranks",
+    })

@@ -19,6 +19,17 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def host_name() -> str:
+    """This machine's name, as ``socket.gethostname()`` gives it (on POSIX both read the kernel's node
+    name; ``socket`` is imported only where ``os.uname`` is missing, so a listener does not load it)."""
+    uname = getattr(os, "uname", None)
+    if uname is not None:
+        return str(uname().nodename)
+    import socket
+
+    return socket.gethostname()
+
+
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # trainperf/, above base/
 _TORCH_MARKERS = (f"{os.sep}torch{os.sep}", f"{os.sep}lightning{os.sep}", f"{os.sep}pytorch_lightning{os.sep}")
 

@@ -138,12 +138,18 @@ def _function(spec: str, what: str) -> Any:
 
 def _doctor(args: argparse.Namespace) -> int:
     _needs_torch("doctor")
+    from ..base import Progress
     from ..diagnosis import doctor
 
-    model = _factory(args.model, "model") if args.model else None
-    loader = _factory(args.loader, "loader") if args.loader else None
-
-    report = doctor(model=model, loader=loader, steps=args.steps)
+    # said on standard error only when a step lasts (a slow factory, a slow loader)
+    with Progress("trainperf doctor", announce=False) as progress:
+        if args.model or args.loader:
+            progress.step(f"building {' and '.join(f'--{w}' for w in ('model', 'loader') if getattr(args, w))}")
+        model = _factory(args.model, "model") if args.model else None
+        loader = _factory(args.loader, "loader") if args.loader else None
+        progress.step("reading the environment" + (", watching the model" if model is not None else "")
+                      + (f", timing {args.steps} batches of the loader" if loader is not None else ""))
+        report = doctor(model=model, loader=loader, steps=args.steps)
     print(report.to_json(indent=2) if args.json else report)
     return 1 if any(check.status == "fail" for check in report.checks) else 0
 
@@ -153,22 +159,26 @@ def _bench(args: argparse.Namespace) -> int:
 
     _needs_torch("bench")
 
+    from ..base import Progress
     from ..data.shared import format_bench, run_bench
 
     if args.model or args.loader:
         if not (args.model and args.loader):
             raise ValueError("--model and --loader go together")
         model_spec, loader_spec = args.model, args.loader
-        results = run_bench(lambda: _factory(model_spec, "model"), lambda: _factory(loader_spec, "loader"),
-                            epochs=args.epochs, repeats=args.repeats,
-                            batch_loss=_function(args.loss, "loss") if args.loss else None)
+        batch_loss = _function(args.loss, "loss") if args.loss else None
+        make_model, make_loader = lambda: _factory(model_spec, "model"), lambda: _factory(loader_spec, "loader")
     else:
         from ._demo import demo_factories
 
         if args.loss:
             raise ValueError("--loss goes with --model and --loader (the demo's batches are (inputs, targets))")
         make_model, make_loader = demo_factories(iterations=args.iterations, decode_ms=args.decode_ms)
-        results = run_bench(make_model, make_loader, epochs=args.epochs, repeats=args.repeats)
+        batch_loss = None
+    # what is being measured, on standard error: the table alone goes to standard output
+    with Progress("trainperf bench", total=1 + 3 * args.repeats) as progress:
+        results = run_bench(make_model, make_loader, epochs=args.epochs, repeats=args.repeats, batch_loss=batch_loss,
+                            progress=progress)
     if args.json:
         print(json.dumps({"results": [r.to_dict() for r in results]}, indent=2))
     else:

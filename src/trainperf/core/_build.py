@@ -114,7 +114,7 @@ def build_window_record(
         safe_rate(host.tokens, window_s) if host.tokens is not None else None,  # tokens_per_sec
         tflops,  # tflops_per_sec
         mfu,  # mfu
-        read_score(host.score) if options.report_score else None,  # score
+        read_score(host.score) if options.report_score is not False else None,  # score
         host.gc,  # gc
         host_name,  # host
         pid,  # pid

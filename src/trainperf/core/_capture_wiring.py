@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import env_int
-from ..profile import Capture, CaptureRule
-from ..ranks import RunDirLink
 from ._options import ListenerOptions
+
+if TYPE_CHECKING:
+    from ..profile import Capture
+    from ..ranks import RunDirLink
 
 __all__: list[str] = []
 
@@ -34,6 +36,7 @@ def open_capture(
     """
     if options.profile_dir is None:
         return None
+    from ..profile import Capture, CaptureRule  # the capture's modules load only for a listener that captures
 
     def who() -> tuple[int | None, int | None, str]:
         rank, host, pid = identity()

@@ -5,10 +5,9 @@ iteration count and who measured it, under its lock, on the thread that records.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..base import user_stacklevel
-from ..profile import Capture
-from ..ranks import RunDirLink
 from ..records import DeviceTimeline, DeviceWindow, PerformanceRecord, WindowEntry, window_figures
 from ._emit import Emitter
 from ._notices import Notices
@@ -17,6 +16,10 @@ from ._own_time import OwnTime
 from ._pending import HostWindow, PendingWindows, StepFlops
 from ._publish import Publisher
 from ._readings import HostReadings
+
+if TYPE_CHECKING:  # a listener with neither loads neither
+    from ..profile import Capture
+    from ..ranks import RunDirLink
 
 __all__: list[str] = []
 

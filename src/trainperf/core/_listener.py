@@ -5,15 +5,12 @@ from __future__ import annotations
 import functools
 import math
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..base import bad_iteration, check_callable, check_clock, env_rank, iteration_error
-from ..profile import CaptureRule
-from ..ranks import RunDirLink
+from ..base import bad_iteration, check_callable, check_clock, env_rank, host_name, iteration_error
 from ..records import (
     GC_BOUND_SHARE,
     INPUT_BOUND_SHARE,
@@ -35,6 +32,9 @@ from ._options import OPTIONS_DOC, ListenerOptions, TokenCounter, checked_sinks
 from ._own_time import OwnTime
 from ._publish import Publisher
 from ._readings import HostReadings
+
+if TYPE_CHECKING:  # a listener without a capture loads none of the profile package
+    from ..profile import CaptureRule
 
 __all__ = ["PerformanceListener", "BottleneckWarning"]
 
@@ -63,7 +63,7 @@ class PerformanceListener(ListenerSetup):
         self,
         frequency: int = 1,
         *,
-        report_score: bool = False,
+        report_score: bool | None = None,
         report_gc: bool = False,
         report_etl: bool = True,
         report_iteration: bool = True,
@@ -99,6 +99,7 @@ class PerformanceListener(ListenerSetup):
         )
         self.options = options
         self.frequency = options.frequency
+        self._keeps_score = options.report_score is not False  # a score given is recorded unless refused
         check_callable("clock", clock)
         check_callable("wall_clock", wall_clock)
         sink_list = checked_sinks(sinks)
@@ -118,7 +119,7 @@ class PerformanceListener(ListenerSetup):
         self.rank = rank if rank is not None else env_rank()
         self.device: int | None = None
         self.epoch: int | None = None
-        self.host = socket.gethostname()
+        self.host = host_name()
         self.pid = os.getpid()
         user_clock = self._user_clock
         self._readings = HostReadings(self._clock, report_gc=report_gc, report_hardware=options.report_hardware,
@@ -140,7 +141,11 @@ class PerformanceListener(ListenerSetup):
         self._count = 0
         self._resumed_at = 0  # the count a resumed run started from (see start)
         self._next_report = 0
-        self._run_dir = RunDirLink.open(run_dir, self.rank, clock, wall_clock)
+        self._run_dir = None
+        if run_dir is not None:  # a listener without one loads none of the multi-rank package
+            from ..ranks import RunDirLink
+
+            self._run_dir = RunDirLink.open(run_dir, self.rank, clock, wall_clock)
         if self._run_dir is not None:
             self._emitter.sinks.append(self._run_dir.sink)
         self._closer = WindowCloser(self._own, self._readings, self._publisher, self._notices, self._emitter,
@@ -288,7 +293,7 @@ class PerformanceListener(ListenerSetup):
             closes = not (self._count < window.end or last[0] < window.start)
             timeline = self._timeline
             if timeline is not None:
-                if closes and self.options.report_score:
+                if closes and self._keeps_score:
                     window.score = self._closer.pending.stage(window.score)
                 timeline.end()
             if not closes:
@@ -361,7 +366,7 @@ class PerformanceListener(ListenerSetup):
         record = None
         window = self._open
         if window.entries:
-            if self.options.report_score:
+            if self._keeps_score:
                 window.score = self._closer.pending.stage(window.score)  # read after the wait below
             record = self._report_locked(window.entries.pop())
         if self._closer.pending:

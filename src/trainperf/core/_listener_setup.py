@@ -8,11 +8,9 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import check_callable, check_int, check_part, check_seconds, check_str
-from ..profile import Capture
-from ..ranks import RunDirLink
 from ..records import DeviceTimeline, Peak, RunSummary, WindowEntry
 from ..sinks.shared import Sink, describe
 from ._closer import WindowCloser
@@ -26,6 +24,10 @@ from ._options import ListenerOptions
 from ._own_time import OwnTime, UserClock
 from ._publish import Publisher
 from ._readings import HostReadings
+
+if TYPE_CHECKING:  # a listener with neither loads neither
+    from ..profile import Capture
+    from ..ranks import RunDirLink
 
 __all__: list[str] = []
 

@@ -4,10 +4,9 @@ takes no lock: the listener calls it on the thread that records, or under its lo
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
-from ..records import WindowEntry
+from ..records import WindowEntry, percentile
 
 __all__: list[str] = []
 
@@ -85,7 +84,7 @@ class OpenWindow:
         if self._samples:
             samples, self._samples = self._samples, {}
             for name, values in samples.items():
-                out[f"{name}_p50_ms"] = 1000.0 * statistics.median(values)
+                out[f"{name}_p50_ms"] = 1000.0 * percentile(sorted(values), 50)
         return out
 
     def exclude_before(self, index: int, seconds: float) -> None:

@@ -6,13 +6,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import check_bool, check_callable, check_int
-from ..profile import CaptureRule
 from ..records import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, Thresholds
 from ..sinks import LoggingSink, Sink
 from ..sinks.shared import describe
+
+if TYPE_CHECKING:
+    from ..profile import CaptureRule
 
 __all__: list[str] = []
 
@@ -30,7 +32,10 @@ def _check_share(name: str, value: object) -> float:
 #: the listener's docstring and the adapters' take it from here.
 OPTIONS_DOC = """\
         frequency: report every this many iterations (a positive int).
-        report_score: include the last loss (read with ``float()`` on report iterations only).
+        report_score: the last loss given (:meth:`set_score`, ``record_iteration(score=...)``, ``fit``),
+            read with ``float()`` on report iterations only. ``None`` (the default) records a score
+            whenever one is given; ``True`` also asks the Lightning callback to read the training
+            step's loss; ``False`` leaves the score out, and a score given anyway is warned about once.
         report_gc: measure Python's garbage collection per generation through ``gc.callbacks``.
         report_etl: include the data-loading wait.
         report_iteration: include the window's iteration-time percentiles (p50/p95/max).
@@ -83,7 +88,7 @@ class ListenerOptions:
     """What a listener reports and how (see :class:`~trainperf.PerformanceListener` for each)."""
 
     frequency: int = 1
-    report_score: bool = False
+    report_score: bool | None = None
     report_gc: bool = False
     report_etl: bool = True
     report_iteration: bool = True
@@ -114,7 +119,9 @@ class ListenerOptions:
         frequency = self.frequency
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
             raise ValueError(f"frequency must be a positive int, got {frequency!r}")
-        for name in ("report_score", "report_gc", "report_etl", "report_iteration", "report_time", "report_sample",
+        if self.report_score is not None and not isinstance(self.report_score, bool):
+            raise TypeError(f"report_score must be a bool or None, got {self.report_score!r}")
+        for name in ("report_gc", "report_etl", "report_iteration", "report_time", "report_sample",
                      "report_batch", "verdict"):
             check_bool(name, getattr(self, name))
         for name in ("input_bound_share", "gc_bound_share", "loop_bound_share"):
@@ -138,7 +145,7 @@ class ListenerOptions:
         if self.profile_dir is not None and not isinstance(self.profile_dir, (str, os.PathLike)):
             raise TypeError("profile_dir must be a path (str or os.PathLike) or None, got "
                             f"{describe(self.profile_dir)}")
-        if self.profile_rule is not None and not isinstance(self.profile_rule, CaptureRule):
+        if self.profile_rule is not None and not _is_capture_rule(self.profile_rule):
             raise TypeError(f"profile_rule must be a trainperf.CaptureRule or None, got {describe(self.profile_rule)}")
         timeout = self.cluster_timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
@@ -146,6 +153,12 @@ class ListenerOptions:
         object.__setattr__(self, "cluster_timeout_s", float(timeout))
         object.__setattr__(self, "thresholds",
                            Thresholds(self.input_bound_share, self.gc_bound_share, self.loop_bound_share))
+
+
+def _is_capture_rule(value: object) -> bool:
+    from ..profile import CaptureRule  # only a listener given a rule loads the profile package
+
+    return isinstance(value, CaptureRule)
 
 
 def checked_sinks(sinks: Iterable[Sink] | None) -> list[Sink]:

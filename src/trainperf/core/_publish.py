@@ -50,6 +50,9 @@ class Publisher:
                         data_free_s=built.data_free_s, gc_free_s=built.gc_free_s,
                         device_window_s=device.window_s if device is not None else None,
                         device_idle_s=device.idle_s if device is not None else 0.0)
+        if host.score is not None and self.options.report_score is False:
+            notices.once("a score was given (set_score or record_iteration(score=...)) but report_score=False "
+                         "leaves it out of the records; leave report_score out (or set it True) to record it")
         if figures.samples is None and self.options.report_sample:
             notices.once("could not find the batch size; samples/sec is left out for this run")
         if verdict is not None and not record.warmup:  # the warm-up's start-up costs set no precedent

@@ -5,9 +5,12 @@ from __future__ import annotations
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..base import Progress
 
 __all__ = ["BenchResult", "run_bench", "format_bench"]
 
@@ -58,8 +61,10 @@ def _pair_loss(loss_fn: Any) -> BatchLoss:
     return loss_of
 
 
-def _train(model: Any, batches: Iterable[Any], batch_loss: BatchLoss, epochs: int) -> tuple[float, float, int, int]:
-    """Train and return (data wait s, total s, batches, samples) measured by a listener."""
+def _train(model: Any, batches: Iterable[Any], batch_loss: BatchLoss, epochs: int,
+           advance: Callable[[], None]) -> tuple[float, float, int, int]:
+    """Train and return (data wait s, total s, batches, samples) measured by a listener; ``advance``
+    is called after each batch (the progress: one addition)."""
     import torch
 
     from ..core import PerformanceListener
@@ -76,6 +81,7 @@ def _train(model: Any, batches: Iterable[Any], batch_loss: BatchLoss, epochs: in
                 optimizer.zero_grad(set_to_none=True)
                 batch_loss(model, batch).backward()
                 optimizer.step()
+                advance()
         total = time.perf_counter() - started
         record = listener.flush()
     finally:
@@ -97,6 +103,7 @@ def run_bench(
     epochs: int = 1,
     depth: int = 4,
     repeats: int = 3,
+    progress: Progress | None = None,
 ) -> list[BenchResult]:
     """Train a fresh model three ways on the same data and measure each, ``repeats`` times.
 
@@ -117,6 +124,9 @@ def run_bench(
         epochs: passes over the data per run.
         depth: batches the prefetching modes keep ready.
         repeats: runs per mode.
+        progress: told each step as it begins (the pre-save, then each run: ``1 + 3 * repeats``
+            steps) and each batch trained on or pre-saved; ``trainperf bench`` says it on standard
+            error.
 
     Raises:
         ValueError: a batch is not an ``(inputs, targets)`` pair and no ``batch_loss`` was given.
@@ -132,21 +142,39 @@ def run_bench(
         raise TypeError(f"batch_loss must be callable as batch_loss(model, batch), got {batch_loss!r}")
     step_loss = batch_loss or _pair_loss(loss_fn or torch.nn.functional.cross_entropy)
     runs: dict[str, list[tuple[float, float, int, int]]] = {"as given": [], "prefetch": [], "pre-saved": []}
+    advance: Callable[[], None] = progress.advance if progress is not None else _nothing
+    batches: int | None = None  # per pass, once the pre-save has counted them
 
-    def run(mode: str, source: Iterable[Any]) -> None:
+    def run(mode: str, source: Iterable[Any], number: int) -> None:
+        if progress is not None:
+            progress.step(f"{mode}, run {number} of {repeats}", expected=batches * epochs if batches else None)
         torch.manual_seed(0)
-        runs[mode].append(_train(make_model(), source, step_loss, epochs))
+        runs[mode].append(_train(make_model(), source, step_loss, epochs, advance))
 
     with warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="trainperf-bench-") as folder:
         warnings.simplefilter("ignore")
+        if progress is not None:
+            progress.step("pre-saving the batches once")
         started = time.perf_counter()
-        presave(make_loader(), folder)
+        presave(_counted(make_loader(), advance), folder)
         prepare = time.perf_counter() - started
-        for _ in range(repeats):
-            run("as given", make_loader())
-            run("prefetch", prefetch(make_loader(), depth))
-            run("pre-saved", prefetch(load_presaved(folder), depth))
+        batches = progress.count if progress is not None else None
+        for number in range(1, repeats + 1):
+            run("as given", make_loader(), number)
+            run("prefetch", prefetch(make_loader(), depth), number)
+            run("pre-saved", prefetch(load_presaved(folder), depth), number)
     return [_result(mode, found, prepare if mode == "pre-saved" else 0.0) for mode, found in runs.items()]
+
+
+def _nothing() -> None:
+    return None
+
+
+def _counted(batches: Iterable[Any], advance: Callable[[], None]) -> Iterator[Any]:
+    """``batches``, with ``advance`` called after each one has been handed over."""
+    for batch in batches:
+        yield batch
+        advance()
 
 
 def _result(mode: str, found: list[tuple[float, float, int, int]], prepare_s: float) -> BenchResult:

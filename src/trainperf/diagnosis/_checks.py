@@ -303,7 +303,8 @@ def other_processes(ctx: Context) -> Check:
     title = "other processes"
     evidence: dict[str, Any] = {"other_cpu_percent": env.other_cpu_percent, "logical_cores": env.logical_cores}
     if env.other_cpu_percent is None:
-        return Check(12, "other_processes", title, "skip", evidence, reason="psutil is not installed")
+        return Check(12, "other_processes", title, "skip", evidence, fix="pip install psutil",
+                     reason="needs psutil to sample the other processes' CPU use, and it is not installed")
     if env.gpu_processes is not None:
         import os
 

@@ -21,7 +21,8 @@ class Check:
         title: what was checked, in a few words.
         status: ``ok``, ``warn``, ``fail`` or ``skip``.
         evidence: the measured or read values the verdict rests on.
-        fix: the change to make, in PyTorch terms (empty when ``ok``).
+        fix: the change to make, in PyTorch terms (empty when ``ok``); for a skipped check, what
+            would let it run (``pip install psutil``), if anything.
         reason: why it was skipped, or a one-line summary of the finding.
     """
 
@@ -67,6 +68,8 @@ class DoctorReport:
             lines.append(f"{c.step:>4}  {marks[c.status]:6}  {c.title}: {c.reason}")
             if c.fix and c.status in ("warn", "fail"):
                 lines.append(f"{'':14}fix: {c.fix}")
+            elif c.fix and c.status == "skip":
+                lines.append(f"{'':14}to run it: {c.fix}")
         counts = {s: sum(c.status == s for c in self.checks) for s in STATUSES}
         lines.append(f"{counts['fail']} fail, {counts['warn']} warn, {counts['ok']} ok, {counts['skip']} skipped")
         return "\n".join(lines)

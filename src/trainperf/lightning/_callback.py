@@ -106,7 +106,7 @@ class PerformanceCallback(_CallbackBase):
         # batch ahead, and the batch its hooks see is on the device (its mask unreadable without a wait)
         self._fetched_tokens: collections.deque[int | None] = collections.deque()
         self._count_tokens = shared.token_counter(listener)
-        self._score = listener.options.report_score
+        self._score = listener.options.report_score is True  # reading the loss is asked for, not assumed
         self._scaler: Any = None  # a GradScaler scales the loss that on_before_backward gets
         self._flop_counter: StepFlopCounter | None = None
         self._step_at_begin = 0  # trainer.global_step when the iteration began

@@ -11,10 +11,15 @@ __all__ = ["add_report_command"]
 
 
 def _report(args: argparse.Namespace) -> int:
+    from ..base import Progress
     from ._report import write_report
 
     fmt: str = args.format or ("json" if args.output.endswith(".json") else "html")
-    written = write_report(args.run_dir, args.output, fmt, say=lambda note: print(f"note: {note}", file=sys.stderr))
+    # a large run directory takes a while: said on standard error when it lasts
+    with Progress("trainperf report", announce=False) as progress:
+        progress.step(f"reading {args.run_dir} and writing {args.output}")
+        written = write_report(args.run_dir, args.output, fmt,
+                               say=lambda note: print(f"note: {note}", file=sys.stderr))
     where = written[0] if len(written) == 1 else f"{len(written)} files in {args.output}"
     print(f"wrote {where}", file=sys.stderr)
     return 0

@@ -9,6 +9,7 @@ them (``torch.cuda.get_device_name()``): ``"NVIDIA H100 80GB HBM3"``, ``"NVIDIA 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -96,7 +97,12 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     (r"\bv100\b.*\bpcie\b", "V100 PCIe"),
     (r"\bt4\b", "T4"),
 )
-_COMPILED = tuple((re.compile(pattern), row) for pattern, row in _PATTERNS)
+
+
+@functools.cache
+def _compiled() -> tuple[tuple[re.Pattern[str], str], ...]:
+    """The patterns, compiled on the first look-up (not when ``import trainperf`` runs)."""
+    return tuple((re.compile(pattern), row) for pattern, row in _PATTERNS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +144,7 @@ def device_row(device_name: str) -> str | None:
     name = re.sub(r"\b(nvidia|geforce|tesla)\b", " ", name)
     name = re.sub(r"[-_]", " ", name)
     name = " ".join(name.split())
-    for pattern, row in _COMPILED:
+    for pattern, row in _compiled():
         if pattern.search(name):
             return row
     return None

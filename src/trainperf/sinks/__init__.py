@@ -1,21 +1,24 @@
 """Where records go. A sink is any callable taking a :class:`~trainperf.PerformanceRecord`, with an
-optional ``close()``; sinks that own files close them and work as context managers."""
+optional ``close()``; sinks that own files close them and work as context managers.
+
+The listener's own sinks (``LoggingSink``, ``MemorySink``) load with the package; the others are
+imported on first use."""
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
+from ..base import lazy_names as _lazy_names
 from ._base import Sink, SinkError
-from ._csv import CSV_COLUMNS, CsvSink
-from ._jsonlines import JsonLinesSink
-from ._loggers import LoggerSink
 from ._logging import LoggingSink
 from ._memory import MemorySink
-from ._metrics import scalar_metrics
-from ._tensorboard import TensorBoardSink
-from ._tqdm import TqdmSink
 
 if _TYPE_CHECKING:
     from ..ranks import RunDirSink
+    from ._csv import CSV_COLUMNS, CsvSink
+    from ._jsonlines import JsonLinesSink
+    from ._loggers import LoggerSink
+    from ._metrics import scalar_metrics
+    from ._tensorboard import TensorBoardSink
+    from ._tqdm import TqdmSink
 
 __all__ = [
     "CSV_COLUMNS",
@@ -32,13 +35,11 @@ __all__ = [
     "scalar_metrics",
 ]
 
-
-
-def __getattr__(name: str) -> _Any:
-    """``RunDirSink`` lives with the run directory's format (:mod:`trainperf.ranks`); it is found here
-    too, imported on first use (the run directory's modules use the sinks' base)."""
-    if name == "RunDirSink":
-        from ..ranks import RunDirSink
-
-        return RunDirSink
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``RunDirSink`` lives with the run directory's format (:mod:`trainperf.ranks`), whose modules use the
+# sinks' base; it is found here too.
+if not _TYPE_CHECKING:  # mypy reads the imports above, so a misspelt name stays an error
+    __getattr__, __dir__ = _lazy_names(__name__, {
+        "CSV_COLUMNS": "._csv", "CsvSink": "._csv", "JsonLinesSink": "._jsonlines", "LoggerSink": "._loggers",
+        "scalar_metrics": "._metrics", "TensorBoardSink": "._tensorboard", "TqdmSink": "._tqdm",
+        "RunDirSink": "..ranks",
+    })

@@ -87,6 +87,8 @@ class ListenerModule:
             target = torch.device(device)
         module.train()
         listeners = self.listeners
+        # the loss goes to the listeners that record a score (report_score=False refuses it)
+        scored = [listener for listener in listeners if listener.options.report_score is not False]
         source = timed(loader, self) if listeners else loader
         for epoch in range(epochs):
             for listener in listeners:
@@ -96,7 +98,10 @@ class ListenerModule:
                 optimizer.zero_grad(set_to_none=True)
                 loss = loss_fn(module(inputs), targets)
                 loss.backward()  # type: ignore[no-untyped-call]
-                self.set_score(loss.detach())
+                if scored:
+                    score = loss.detach()
+                    for listener in scored:
+                        listener.set_score(score)
                 optimizer.step()
         for listener in listeners:
             listener.flush()
