@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 _TRAINER_ADAPTER = HERE / "src" / "trainperf" / "transformers"
+
+# Hundreds of tests start a Python process that imports trainperf: with PYTHONDONTWRITEBYTECODE set, each
+# would compile every module again. The suite writes bytecode caches, for itself and its children.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 
 def pytest_ignore_collect(collection_path: Path) -> bool | None:
