@@ -75,12 +75,15 @@ def test_given_flops_are_not_counted_and_a_given_peak_wins_over_the_table(monkey
     assert memory.records[-1].mfu == pytest.approx(1e12 / 0.010 / 2e14)
 
 
-def test_on_the_cpu_flops_are_counted_but_no_peak_is_looked_up_or_noted():
+def test_on_the_cpu_flops_are_counted_and_the_missing_peak_is_said_once(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: pytest.fail("looked up"))
     clock = FakeClock()
     lst, memory = listener(clock)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        run(StepFlopCounter(lst, torch.device("cpu"), "fp32"), lst, clock)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(StepFlopCounter(lst, torch.device("cpu"), "fp32"), lst, clock, steps=8)
+    assert [str(w.message) for w in caught] == [
+        "trainperf: no dense peak is known for 'cpu' in fp32: MFU is left out (pass peak_flops= to give one)"]
     assert all(r.flops_per_step and r.mfu is None for r in memory.records)
 
 
@@ -171,11 +174,13 @@ def test_the_second_step_is_the_one_counted_and_the_counters_hooks_go_when_it_en
     assert (len(nn_module._global_forward_pre_hooks), len(nn_module._global_forward_hooks)) == hooks_before
 
 
-def test_known_flops_say_nothing_of_checkpointing_and_devices_off_the_table_are_not_looked_up():
+def test_known_flops_say_nothing_of_checkpointing_and_devices_off_the_table_are_not_looked_up(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: pytest.fail("looked up"))
     clock = FakeClock()
     lst, memory = listener(clock)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no note at all
+        warnings.simplefilter("error")  # no note but the missing peak's
+        warnings.filterwarnings("ignore", "trainperf: no dense peak is known for 'cpu' in fp32", RuntimeWarning)
         StepFlopCounter(lst, torch.device("cpu"), "fp32", known=4e9)
         for device, fmt in ((torch.device("xpu"), "bf16"), (None, "bf16"), (torch.device("meta"), None)):
             other, _ = listener(FakeClock())

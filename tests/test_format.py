@@ -60,3 +60,42 @@ def test_a_collector_name_cannot_split_a_line_or_end_its_field():
     assert log.rows == 3 and log.column("iteration") == [1.0, 2.0, 3.0]
     (name,) = {c[3:-6] for c in log.columns if c.startswith("gc.") and c.endswith(".count")}
     assert log.column(f"gc.{name}.count") == [1.0, 1.0, 1.0]
+
+
+def _slow_record(**rates) -> PerformanceRecord:
+    return PerformanceRecord(iteration=5, window_iterations=5, window_s=2.0, warmup=False, timestamp=0.0,
+                             etl_ms=0.5, iteration_ms=400.0, **rates)
+
+
+def test_a_rate_too_small_for_its_decimals_keeps_three_significant_digits_and_reads_back(tmp_path):
+    """A model on the CPU does some 1e-5 TFLOP/s: the line never says ``TFLOP/s: 0.00``, and what
+    ``parse_log`` and ``trainperf parse`` read back is the measured rate, not 0."""
+    import csv
+
+    from trainperf import parse_log
+    from trainperf.cli import main
+
+    rates = dict(samples_per_sec=0.25, batches_per_sec=0.0625, tokens_per_sec=0.04, tflops_per_sec=4.8762e-06,
+                 mfu=0.00042)
+    line = format_line(_slow_record(**rates))
+    assert "samples/sec: 0.25; batches/sec: 0.0625;" in line
+    assert "tokens/sec: 0.04; TFLOP/s: 0.00000488; MFU: 0.00042;" in line
+    log = parse_log([line] * 3)
+    for name, value in rates.items():
+        assert log.column(name) == [pytest.approx(value, rel=5e-3)] * 3, name
+    (tmp_path / "train.log").write_text(f"INFO trainperf - {line}\n" * 3)
+    assert main(["parse", str(tmp_path / "train.log"), "-o", str(tmp_path / "train.csv")]) == 0
+    with open(tmp_path / "train.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(row["tflops_per_sec"]) for row in rows] == [pytest.approx(4.8762e-06, rel=5e-3)] * 3
+
+
+def test_a_measured_zero_rate_is_written_and_a_rate_not_measured_is_left_out():
+    line = format_line(_slow_record(samples_per_sec=0.0, tflops_per_sec=0.0))
+    assert "samples/sec: 0.0;" in line and "TFLOP/s: 0.00;" in line
+    assert "MFU" not in line and "tokens/sec" not in line and "batches/sec" not in line
+
+
+def test_rates_large_enough_keep_their_fixed_decimals():
+    line = format_line(_slow_record(samples_per_sec=1285.14, batches_per_sec=1.0, tflops_per_sec=0.1, mfu=0.0104))
+    assert "samples/sec: 1285.1; batches/sec: 1.0;" in line and "TFLOP/s: 0.10; MFU: 0.010;" in line

@@ -11,6 +11,7 @@ import torch
 pl = pytest.importorskip("pytorch_lightning")
 L = pytest.importorskip("lightning.pytorch")
 
+from trainperf import SinkError  # noqa: E402
 from trainperf.lightning import PerformanceCallback  # noqa: E402
 
 warnings.filterwarnings("ignore", ".*does not have many workers.*")
@@ -182,7 +183,7 @@ def test_every_fit_of_one_callback_reaches_the_users_sinks_and_close_closes_them
 
     callback = PerformanceCallback(2, sinks=[memory, jsonl, table, Closing()])
     with warnings.catch_warnings():
-        warnings.simplefilter("error", category=RuntimeWarning)  # a SinkError on a closed sink fails
+        warnings.simplefilter("error", category=SinkError)  # a sink used after it was closed fails
         for fit in range(3):
             run = trainer(package, callback, tmp_path, max_steps=4, limit_val_batches=1, limit_test_batches=1)
             model = module_class(package.LightningModule)()

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
-from trainperf import MemorySink  # noqa: E402
+from trainperf import MemorySink, SinkError  # noqa: E402
 from trainperf.transformers import PerformanceCallback  # noqa: E402
 
 VOCAB, LENGTH = 64, 16
@@ -114,6 +114,56 @@ def test_the_figures_reach_a_reporting_callback_that_runs_before_ours_in_the_lis
     with_figures = [log for log in logged if "trainperf/iteration_ms" in log]
     assert [log["trainperf/tokens_per_sec"] for log in with_figures] == [r.tokens_per_sec for r in records]
     assert "loss" in with_figures[0]  # in the Trainer's own log, at its step
+
+
+def _in_log_history(trainer) -> list[dict]:
+    return [entry for entry in trainer.state.log_history if any(key.startswith("trainperf/") for key in entry)]
+
+
+def test_each_record_is_a_dict_of_its_own_in_the_trainers_log_history_at_its_step(tmp_path):
+    """As the Trainer's own logs are there: the figures, and the step the window ended at (the last,
+    partial window's too, reported when training ends)."""
+    from trainperf.sinks import scalar_metrics
+
+    records, _, trainer = train(tmp_path, Padded(200), frequency=3, max_steps=7)
+    assert [(r.first_iteration, r.iteration) for r in records] == [(1, 3), (4, 6), (7, 7)]
+    assert _in_log_history(trainer) == [{**scalar_metrics(r), "step": r.iteration} for r in records]
+    assert "trainperf/tokens_per_sec" in _in_log_history(trainer)[0]
+    own = [entry["step"] for entry in trainer.state.log_history if "loss" in entry]
+    assert own == [4]  # the Trainer's own logs are as they were (logging_steps=4)
+
+
+def test_log_to_trainer_false_keeps_the_figures_out_of_the_log_history(tmp_path):
+    model = tiny_model()
+    callback = PerformanceCallback(1, sinks=[MemorySink()], report_hardware=False, log_to_trainer=False)
+    trainer = Trainer(model=model, args=arguments(tmp_path, max_steps=2), train_dataset=Padded(200),
+                      callbacks=[callback])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    assert len(callback.listener.history) == 2 and _in_log_history(trainer) == []
+
+
+def test_on_the_cpu_the_line_shows_the_tflops_measured_and_why_mfu_is_missing_once(tmp_path):
+    """A tiny model on the CPU does some 1e-5 TFLOP/s: never ``TFLOP/s: 0.00``, the figure reads back
+    from the line; MFU is absent, and a note says once that the CPU has no known peak."""
+    from trainperf import format_line, parse_log
+
+    memory = MemorySink()
+    callback = PerformanceCallback(2, sinks=[memory], report_hardware=False)
+    trainer = Trainer(model=tiny_model(), args=arguments(tmp_path, max_steps=6), train_dataset=Padded(200),
+                      callbacks=[callback])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    notes = [str(w.message) for w in caught if str(w.message).startswith("trainperf:") and "MFU" in str(w.message)]
+    assert notes == ["trainperf: no dense peak is known for 'cpu' in fp32: MFU is left out (pass peak_flops= to "
+                     "give one)"]
+    measured = [r for r in memory.records if r.tflops_per_sec is not None]
+    assert len(measured) >= 2 and all(0 < r.tflops_per_sec < 0.005 for r in measured)  # rounds to 0.00
+    lines = [format_line(r) for r in measured]
+    assert not any("TFLOP/s: 0.00;" in line or "MFU" in line for line in lines)
+    assert parse_log(lines).column("tflops_per_sec") == [pytest.approx(r.tflops_per_sec, rel=5e-3) for r in measured]
 
 
 def test_evaluation_between_steps_is_other_time_and_its_fetches_are_not_data_wait(tmp_path):
@@ -256,7 +306,7 @@ def test_every_train_of_one_callback_reaches_the_users_sinks_and_close_closes_th
     sink = JsonLinesSink(path)
     callback = PerformanceCallback(4, sinks=[sink], report_hardware=False)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", category=RuntimeWarning)  # a SinkError on a closed sink fails
+        warnings.simplefilter("error", category=SinkError)  # a sink used after it was closed fails
         warnings.filterwarnings("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", category=UserWarning)
         for run in ("first", "second"):

@@ -23,7 +23,7 @@ from transformers import Trainer, TrainerCallback  # noqa: E402
 
 from test_transformers import Padded, arguments, tiny_model, train  # noqa: E402
 from trainperf import MemorySink  # noqa: E402
-from trainperf.transformers import PerformanceCallback  # noqa: E402
+from trainperf.transformers import PerformanceCallback, _trainer  # noqa: E402
 
 LOAD_S, FORWARD_S, BEFORE_STEP_S, AFTER_STEP_S = 0.001, 0.010, 0.002, 0.005
 
@@ -181,10 +181,12 @@ def test_evaluation_and_checkpoints_are_host_time_and_their_own_figures(tmp_path
 
 def test_a_resumed_run_counts_its_iterations_on_from_the_trainers_global_step(tmp_path):
     full, _, _ = train(tmp_path / "full", Padded(200), save_strategy="steps", save_steps=4)
-    resumed, _, _ = train(tmp_path / "full", Padded(200), resume=str(tmp_path / "full" / "checkpoint-4"))
+    resumed, _, trainer = train(tmp_path / "full", Padded(200), resume=str(tmp_path / "full" / "checkpoint-4"))
     assert [(r.first_iteration, r.iteration) for r in full] == [(1, 4), (5, 8)]
     assert [(r.first_iteration, r.iteration) for r in resumed] == [(5, 8)]
     assert resumed[0].warmup  # the first window of this process all the same
+    steps = [entry["step"] for entry in trainer.state.log_history if "trainperf/iteration_ms" in entry]
+    assert steps == [4, 8]  # the checkpoint's history holds the first run's window, this run adds its own
 
 
 def _writers() -> set[threading.Thread]:
@@ -238,8 +240,85 @@ def test_a_train_that_fails_leaves_nothing_behind_and_reports_what_it_did(tmp_pa
         trainer.train()
     assert [r.iteration for r in callback.listener.history] == [2, 4, 6, 8]
     callback.close()
-    assert "_inner_training_loop" not in vars(trainer)
+    assert callback not in _trainer._watched  # its trainings' ends are no longer watched
     assert _trainperf_hooks_left(writers) == []
+
+
+class FailsAt(Padded):
+    """The dataset raises ``error`` on its ``at``-th fetch."""
+
+    def __init__(self, n: int, at: int, error: BaseException) -> None:
+        super().__init__(n)
+        self.at, self.error, self.fetches = at, error, 0
+
+    def __getitem__(self, i: int):  # type: ignore[no-untyped-def]
+        self.fetches += 1
+        if self.fetches == self.at:
+            raise self.error
+        return super().__getitem__(i)
+
+
+def _fail_in_forward(model: torch.nn.Module, at: int, error: BaseException) -> None:
+    """The model raises ``error`` in its ``at``-th training forward pass."""
+    forwards = [0]
+
+    def hook(module, args):  # type: ignore[no-untyped-def]
+        if torch.is_grad_enabled():
+            forwards[0] += 1
+            if forwards[0] == at:
+                raise error
+
+    model.register_forward_pre_hook(hook)
+
+
+@pytest.mark.parametrize("where, added_later", [("data", True), ("model", False)])
+def test_an_exception_in_train_closes_the_run_names_it_and_goes_on_unchanged(tmp_path, where, added_later):
+    """Whether the callback was given to the Trainer or added to it later, an exception from the data
+    or the model inside ``train()`` reaches the caller as it was, and leaves no hook, no writer thread
+    and no open run directory behind: the last, partial window is reported (and in the log history)
+    and ``meta.json`` says when and why the training ended."""
+    import json
+
+    error = ValueError("broken at step 6")
+    model = tiny_model()
+    dataset = Padded(200)
+    if where == "data":  # batches of 4, one fetched ahead: the 25th item is the 7th batch's, fetched in step 6
+        dataset = FailsAt(200, 25, error)
+    else:
+        _fail_in_forward(model, 6, error)
+    memory, writers = MemorySink(), _writers()
+    callback = PerformanceCallback(4, sinks=[memory], report_hardware=False, run_dir=tmp_path / "run")
+    trainer = Trainer(model=model, args=arguments(tmp_path, max_steps=10), train_dataset=dataset,
+                      callbacks=[] if added_later else [callback])
+    if added_later:
+        trainer.add_callback(callback)
+    with warnings.catch_warnings(), pytest.raises(ValueError) as raised:
+        warnings.simplefilter("ignore")
+        trainer.train()
+    assert raised.value is error  # the very exception, not one of ours
+    assert _trainperf_hooks_left(writers) == []
+    assert callback.listener.closed
+    assert [(r.first_iteration, r.iteration) for r in memory.records] == [(1, 4), (5, 5)]
+    assert [e["step"] for e in trainer.state.log_history if "trainperf/iteration_ms" in e] == [4, 5]
+    meta = json.loads((tmp_path / "run" / "rank-0" / "meta.json").read_text())
+    assert meta["ended"] is not None and meta["end_reason"] == "ValueError: broken at step 6"
+    callback.close()
+
+
+def test_the_trainers_train_is_given_back_when_the_last_callback_closes(monkeypatch):
+    import weakref
+
+    monkeypatch.setattr(_trainer, "_watched", weakref.WeakSet())
+    monkeypatch.setattr(_trainer, "_installed", None)
+    before = vars(Trainer)["train"]
+    first, second = PerformanceCallback(4, sinks=[]), PerformanceCallback(4, sinks=[])
+    wrapper = vars(Trainer)["train"]
+    assert wrapper is not before and wrapper.__wrapped__ is before
+    first.close()
+    assert vars(Trainer)["train"] is wrapper  # the second one still watches
+    second.close()
+    second.close()
+    assert vars(Trainer)["train"] is before
 
 
 def _listener_after(tmp_path, **kw):  # type: ignore[no-untyped-def]

@@ -123,6 +123,7 @@ class RunDirSink:
         self._write_meta()
         self._files: dict[str, IO[str]] = {}
         self._closed = False
+        self._end_reason: str | None = None  # written at close (set on another thread before it)
 
     # ------------------------------------------------------------------ files
     def _write_meta(self) -> None:
@@ -285,9 +286,21 @@ class RunDirSink:
             self._meta["collectives_untimed"] = why
             self._write_meta()
 
+    def set_end_reason(self, reason: str) -> None:
+        """Say in ``meta.json``, when it is closed, why the training ended when not normally (an adapter
+        that saw it end with an exception gives its type and message: ``"RuntimeError: broken"``).
+
+        Raises:
+            ValueError: ``reason`` is not a non-empty str.
+        """
+        if not isinstance(reason, str) or not reason:
+            raise ValueError(f"reason must be a non-empty str, got {reason!r}")
+        self._end_reason = reason
+
     # ------------------------------------------------------------------ teardown
     def close(self) -> None:
-        """Close the files and write ``ended`` (and ``timeline_capped``) to ``meta.json``. Idempotent."""
+        """Close the files and write ``ended`` (and ``timeline_capped``, and ``end_reason`` when one
+        was set) to ``meta.json``. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -301,6 +314,8 @@ class RunDirSink:
         self._meta["ended"] = float(self._wall_clock())
         self._meta["timeline_windows"] = self.timeline_windows
         self._meta["timeline_capped"] = self.timeline_capped
+        if self._end_reason is not None:
+            self._meta["end_reason"] = self._end_reason
         for attempt in range(_META_ATTEMPTS):  # a write that fails once (a moment of a full disk) is tried again
             try:
                 self.path.mkdir(parents=True, exist_ok=True)

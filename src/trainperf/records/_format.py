@@ -12,7 +12,8 @@ __all__ = ["format_line"]
 
 
 #: Milliseconds are written with two decimals (10 us), rates with one: the same precision on every
-#: line, so columns of figures line up and nothing reads like ``0.000862 ms``.
+#: line, so columns of figures line up and nothing reads like ``0.000862 ms``. A rate too small for
+#: its decimals is the exception (see :func:`format_rate`).
 MS_DECIMALS = 2
 RATE_DECIMALS = 1
 
@@ -24,6 +25,20 @@ def format_fixed(value: float, decimals: int) -> str:
     return f"{value:.{decimals}f}"
 
 
+def format_rate(value: float, decimals: int) -> str:
+    """A rate with ``decimals`` decimals, unless those would show it with fewer than two significant
+    digits: then with three (:func:`format_number`), so that a measured rate never reads as ``0.00``
+    (a model on the CPU does some 1e-5 TFLOP/s) nor as a figure off by half (``0.01`` for 0.0149).
+    Zero stays ``0`` with its decimals: it was measured.
+
+    >>> format_rate(1285.14, 1), format_rate(0.0000048762, 2), format_rate(0.0149, 2), format_rate(0.0, 2)
+    ('1285.1', '0.00000488', '0.0149', '0.00')
+    """
+    if value != 0 and math.isfinite(value) and abs(value) < 10.0 ** (1 - decimals):
+        return format_number(value)
+    return format_fixed(value, decimals)
+
+
 @dataclass(frozen=True)
 class LineField:
     """One ``label value unit;`` field of the line; the parser's patterns are built from the same table.
@@ -33,6 +48,10 @@ class LineField:
         label: the text before the value, with its trailing space.
         unit: the text after the value (`` ms`` or nothing).
         integer: the value is a whole number, written as it is.
+        hide_zero: a zero is left out of the line.
+        decimals: written with this many decimals (``None``: :func:`format_number`'s three
+            significant digits).
+        rate: a rate, written by :func:`format_rate`: never rounded to zero.
     """
 
     name: str
@@ -41,10 +60,13 @@ class LineField:
     integer: bool = False
     hide_zero: bool = False
     decimals: int | None = None
+    rate: bool = False
 
     def render(self, value: float) -> str:
         if self.integer:
             text = str(int(value))
+        elif self.rate and self.decimals is not None:
+            text = format_rate(value, self.decimals)
         elif self.decimals is not None:
             text = format_fixed(value, self.decimals)
         else:
@@ -57,15 +79,15 @@ DL4J_FIELDS = (
     LineField("etl_ms", "ETL: ", " ms", decimals=MS_DECIMALS),
     LineField("iteration", "iteration ", integer=True),
     LineField("iteration_ms", "iteration time: ", " ms", decimals=MS_DECIMALS),
-    LineField("samples_per_sec", "samples/sec: ", decimals=RATE_DECIMALS),
-    LineField("batches_per_sec", "batches/sec: ", decimals=RATE_DECIMALS),
+    LineField("samples_per_sec", "samples/sec: ", decimals=RATE_DECIMALS, rate=True),
+    LineField("batches_per_sec", "batches/sec: ", decimals=RATE_DECIMALS, rate=True),
     LineField("score", "score: "),
 )
 #: trainperf's own fields after ``GC:``; ``warm-up`` and ``verdict: kind (reason)`` close the line.
 TRAINPERF_FIELDS = (
-    LineField("tokens_per_sec", "tokens/sec: ", decimals=RATE_DECIMALS),
-    LineField("tflops_per_sec", "TFLOP/s: ", decimals=MS_DECIMALS),
-    LineField("mfu", "MFU: ", decimals=3),
+    LineField("tokens_per_sec", "tokens/sec: ", decimals=RATE_DECIMALS, rate=True),
+    LineField("tflops_per_sec", "TFLOP/s: ", decimals=MS_DECIMALS, rate=True),
+    LineField("mfu", "MFU: ", decimals=3, rate=True),
     LineField("iteration_p50_ms", "iteration p50: ", " ms", decimals=MS_DECIMALS),
     LineField("iteration_p95_ms", "p95: ", " ms", decimals=MS_DECIMALS),
     LineField("iteration_max_ms", "max: ", " ms", decimals=MS_DECIMALS),

@@ -107,8 +107,11 @@ class StepFlopCounter:
 
     def _give(self, flops: float | None, recomputed: float = 0.0) -> None:
         device, fmt = self.device, self.fmt
-        if device is None or fmt is None or device.type != "cuda":  # the table holds accelerators only
+        if device is None or fmt is None or device.type == "meta":  # nothing to name, or no real device
             self.listener.set_flops(flops, recomputed=recomputed)
+            return
+        if device.type != "cuda":  # the table holds CUDA GPUs only: the CPU's MFU is left out, and said
+            self.listener.set_flops(flops, None, device_name=device.type, number_format=fmt, recomputed=recomputed)
             return
         name = torch.cuda.get_device_name(device)
         self.listener.set_flops(flops, find_peak(name, fmt), device_name=name, number_format=fmt,

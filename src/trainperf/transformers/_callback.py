@@ -14,7 +14,10 @@ does the arithmetic. Evaluation, logging and saving between steps are ``other`` 
 checkpoints are also reported on their own, ``eval_ms`` and ``checkpoint_ms``); an evaluation's
 fetches are not data wait. The figures reach the Trainer's own logs (so TensorBoard, W&B and the
 rest get them at the Trainer's step): the callback moves itself ahead of the reporting callbacks,
-which would otherwise run before it.
+which would otherwise run before it. Each record is also a dict of its own in the Trainer's
+``state.log_history``, at its step. However ``train()`` ends, the training's listener is closed (the
+last window reported) and everything installed for it undone; an exception is named in the run
+directory's meta data (see :func:`~trainperf.transformers._trainer.watch_training`).
 """
 
 from __future__ import annotations
@@ -29,18 +32,18 @@ from transformers import TrainerCallback
 
 from ..base import check_bool
 from ..core import RunListeners, StepAccountant, check_options, fetch_wait
+from ..ranks import RunDirSink
 from ..records import PerformanceRecord
 from ..sinks import scalar_metrics
 from ..torch.shared import (
     CollectiveTimer,
     StepFlopCounter,
-    Teardown,
     TrainingSetup,
     batch_size,
     step_format,
     token_counter,
 )
-from ._trainer import collective_model, find_trainer, wrap_steps, wrap_training_loop
+from ._trainer import collective_model, find_trainer, unwatch_training, watch_training, wrap_steps
 
 __all__ = ["PerformanceCallback"]
 
@@ -51,7 +54,8 @@ class PerformanceCallback(TrainerCallback):
     Args:
         frequency: report every this many optimizer steps.
         log_to_trainer: add the newest record's figures (``trainperf/etl_ms``, ``trainperf/tokens_per_sec``,
-            ...) to each of the Trainer's logs.
+            ...) to each of the Trainer's logs, and each record's to ``state.log_history`` (a dict of its
+            own, with ``step``).
         **options: the :class:`~trainperf.PerformanceListener` options (``sinks``, ``run_dir``, ``tokens``, ...).
 
     Attributes:
@@ -65,9 +69,10 @@ class PerformanceCallback(TrainerCallback):
         # The user's sinks serve every train(): each one's listener gets them lent (see _runs).
         self._runs = RunListeners(self, frequency, options)
         self.listener = self._runs.new()
-        self._logged: PerformanceRecord | None = None
+        self._logged: PerformanceRecord | None = None  # the newest record added to one of the Trainer's logs
         self._trainer: Any = None
-        self._loop_wrapper = Teardown()  # the training loop's, for as long as the callback lives
+        self._state: Any = None  # the training's TrainerState, whose log_history gets the records
+        watch_training(self)  # however train() ends, this callback hears of it (until close())
         self._reset()
 
     def _reset(self) -> None:
@@ -86,6 +91,7 @@ class PerformanceCallback(TrainerCallback):
         self._flops: StepFlopCounter | None = None
         self._collective: CollectiveTimer | None = None
         self._setup = TrainingSetup(listener, close=True)  # one training's, undone with its end
+        self._in_history: PerformanceRecord | None = None  # the newest record in the log history
 
     # -- set-up ----------------------------------------------------------------------------
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -93,16 +99,14 @@ class PerformanceCallback(TrainerCallback):
 
     def _use_trainer(self, trainer: Any) -> None:
         """Go first among the Trainer's callbacks (so the figures are in the logs the reporting callbacks
-        get, and the step begins before the others' ``on_step_begin``), and end with its training loop."""
+        get, and the step begins before the others' ``on_step_begin``)."""
         if trainer is None or trainer is self._trainer:
             return
-        self._loop_wrapper.undo()
         self._trainer = trainer
         callbacks = getattr(getattr(trainer, "callback_handler", None), "callbacks", None)
         if isinstance(callbacks, list) and self in callbacks and callbacks[0] is not self:
             callbacks.remove(self)
             callbacks.insert(0, self)
-        wrap_training_loop(trainer, self, self._loop_wrapper)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                        train_dataloader: Any = None, **kwargs: Any) -> None:
@@ -113,6 +117,7 @@ class PerformanceCallback(TrainerCallback):
         if self.listener.closed:  # a second train()
             self.listener = self._runs.new()
         self._reset()
+        self._state = state
         listener, setup, trainer = self.listener, self._setup, self._trainer
         device = _device_of(model)
         self._flops = setup.use_device(device, None, _number_format(args, model, device))
@@ -170,7 +175,15 @@ class PerformanceCallback(TrainerCallback):
         if self._observing:
             self.account.span(kind, seconds)
 
-    def training_ended(self) -> None:
+    def training_ended(self, error: BaseException | None = None) -> None:
+        """``train()`` ended, with ``error`` or normally: the training's listener closes (reporting the
+        last window), everything installed for it is undone, and an error is named in the run
+        directory's ``meta.json`` (``end_reason``)."""
+        if error is not None and not self.listener.closed:
+            reason = ended_by(error)
+            for sink in self.listener.sinks:
+                if isinstance(sink, RunDirSink):
+                    sink.set_end_reason(reason)
         self._stop()
 
     def _hand_over(self, batches: int) -> None:
@@ -197,6 +210,11 @@ class PerformanceCallback(TrainerCallback):
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._micro += 1
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        history = self.listener.history.records
+        if history and history[-1] is not self._in_history and self.log_to_trainer:  # a report since the last step
+            self._add_to_log_history()
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._observing and self.account.open:  # no torch optimizer step seen (DeepSpeed, a skipped one)
@@ -234,20 +252,48 @@ class PerformanceCallback(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._stop()
 
+    def _add_to_log_history(self) -> None:
+        """Each record not yet in the Trainer's ``state.log_history``, as a dict of its own as the
+        Trainer's logs are there: its figures (``trainperf/<field>``) and ``step``, the Trainer's step
+        at the window's end (the record's iteration: the count goes on from the Trainer's step)."""
+        history = self.listener.history.records
+        log_history = getattr(self._state, "log_history", None)
+        if not self.log_to_trainer or not isinstance(log_history, list):
+            return
+        if not history or history[-1] is self._in_history:
+            return
+        new: list[PerformanceRecord] = []
+        for record in reversed(history):
+            if record is self._in_history:
+                break
+            new.append(record)
+        self._in_history = history[-1]
+        log_history.extend({**scalar_metrics(record), "step": record.iteration} for record in reversed(new))
+
     def _stop(self) -> None:
-        """Undo one training's hooks and wrappers and close its listener (idempotent)."""
+        """Undo one training's hooks and wrappers and close its listener (idempotent); the windows the
+        close reported join the log history."""
         self._observing = False
         self._flops = None
         self._setup.undo()
+        self._add_to_log_history()
 
     def close(self) -> None:
-        """Close the listener, remove the loader hooks (a training that ended has done both), give the
-        Trainer its training loop back and close the sinks given to the callback (each training leaves
-        them open for the next). Idempotent; it also happens when the callback is collected or the
-        interpreter exits."""
+        """Close the listener, remove the loader hooks (a training that ended has done both), stop
+        watching the Trainer's ``train()`` and close the sinks given to the callback (each training
+        leaves them open for the next). Idempotent; it also happens when the callback is collected or
+        the interpreter exits."""
         self._stop()
-        self._loop_wrapper.undo()
+        unwatch_training(self)
         self._runs.close()
+
+
+def ended_by(error: BaseException) -> str:
+    """What the run directory says ended a training: the exception's type and message
+    (``RuntimeError: CUDA out of memory``), its type alone without one (``KeyboardInterrupt``)."""
+    name = type(error).__qualname__
+    message = str(error)
+    return f"{name}: {message}" if message else name
 
 
 def _number_format(args: Any, model: Any, device: Any) -> str | None:

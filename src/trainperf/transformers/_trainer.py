@@ -16,25 +16,35 @@ A few things only the Trainer has are needed:
   ``checkpoint_ms``), collectives inside them included;
 * ``model_wrapped``: the ``DistributedDataParallel`` whose collectives are timed, or the FSDP model
   whose collectives are not (said once);
-* ``_inner_training_loop``: however ``train()`` ends (an exception, ``KeyboardInterrupt``), the
-  callback removes its hooks and closes its listener.
 
 The Trainer is found in one place, :func:`find_trainer`, up the call stack of the event that
 ``Trainer.__init__`` sends (or, for a callback added later, of ``on_train_begin``). Each wrapper is an
 attribute of that instance; the :class:`~trainperf.torch.shared.Teardown` given to a ``wrap_*`` gives
 the instance back what it had before.
+
+One thing cannot wait for the Trainer to be found: an exception ends ``train()`` without a callback
+event (``on_train_end`` is not sent), and a callback added with ``add_callback`` first hears of its
+Trainer inside ``train()``, too late to wrap that call. So while a callback is open,
+:func:`watch_training` wraps ``transformers.Trainer.train`` itself (once, for every callback): however
+``train()`` ends (an exception, ``KeyboardInterrupt``, normally), each watched callback of that Trainer
+is told, with the exception, which then goes on unchanged. The last :func:`unwatch_training` gives
+the class its ``train`` back.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
+import transformers
 
 from ..torch.shared import BlockedCalls, Teardown, find_fsdp
 
-__all__ = ["collective_model", "find_trainer", "wrap_steps", "wrap_training_loop"]
+__all__ = ["collective_model", "find_trainer", "unwatch_training", "watch_training", "wrap_steps"]
 
 #: The accelerator's collectives the Trainer calls on the training thread.
 _ACCELERATOR_COLLECTIVES = ("gather", "reduce", "gather_for_metrics", "pad_across_processes", "wait_for_everyone")
@@ -53,7 +63,7 @@ class Trainee(Protocol):
     def took(self, batches: int) -> None: ...
     def waited(self, seconds: float) -> None: ...
     def spent(self, kind: str, seconds: float) -> None: ...
-    def training_ended(self) -> None: ...
+    def training_ended(self, error: BaseException | None = None) -> None: ...
 
 
 def find_trainer(frame: Any) -> Any:
@@ -69,20 +79,72 @@ def find_trainer(frame: Any) -> Any:
     return None
 
 
-def wrap_training_loop(trainer: Any, callback: Trainee, wrappers: Teardown) -> None:
-    """``train()`` runs ``trainer._inner_training_loop`` (looked up on the instance each time): however
-    it ends, the callback's training ends with it."""
+_watch_lock = threading.Lock()
+#: The callbacks whose Trainers' ``train()`` ends are watched (open callbacks; collected ones leave).
+_watched: weakref.WeakSet[Any] = weakref.WeakSet()
+#: ``(the class's own train, or None when it inherits one; our wrapper)`` while the wrapper is installed.
+_installed: tuple[Any, Any] | None = None
 
-    def make(original: Any) -> Any:
-        def inner_training_loop(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return original(*args, **kwargs)
-            finally:
-                callback.training_ended()
 
-        return inner_training_loop
+def watch_training(callback: Trainee) -> None:
+    """Until :func:`unwatch_training`, tell ``callback`` when ``train()`` of a Trainer it is a callback
+    of ends, however it ends: ``callback.training_ended(error)``, ``error`` ``None`` after a normal end."""
+    global _installed
+    with _watch_lock:
+        _watched.add(callback)
+        if _installed is None:
+            trainer_class = transformers.Trainer
+            wrapper = _ending(trainer_class.train)
+            _installed = (vars(trainer_class).get("train"), wrapper)
+            trainer_class.train = wrapper  # type: ignore[method-assign]
 
-    wrappers.wrap(trainer, "_inner_training_loop", make)
+
+def unwatch_training(callback: Trainee) -> None:
+    """Stop telling ``callback``; the last one out gives ``Trainer`` its own ``train`` back (unless
+    something wrapped it again since: ours then stays inside, telling no one). Idempotent."""
+    global _installed
+    with _watch_lock:
+        _watched.discard(callback)
+        if _watched or _installed is None:
+            return
+        own, wrapper = _installed
+        _installed = None
+        trainer_class = transformers.Trainer
+        if vars(trainer_class).get("train") is not wrapper:
+            return
+        if own is None:
+            del trainer_class.train
+        else:
+            trainer_class.train = own  # type: ignore[method-assign]
+
+
+def _ending(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def train(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException as error:
+            _tell(self, error)
+            raise  # the training's own exception, as it was
+        _tell(self, None)
+        return result
+
+    return train
+
+
+def _tell(trainer: Any, error: BaseException | None) -> None:
+    """Tell the watched callbacks of ``trainer`` that its ``train()`` ended (with ``error``)."""
+    callbacks = getattr(getattr(trainer, "callback_handler", None), "callbacks", None)
+    for callback in list(callbacks) if isinstance(callbacks, list) else ():
+        if callback not in _watched:  # (a callback that takes no weak reference is not ours)
+            continue
+        try:
+            callback.training_ended(error)
+        except Exception:
+            if error is None:
+                raise
+            # ``-W error`` turned a warning of the clean-up into an exception: the training's own
+            # exception is the one the user must get
 
 
 def wrap_steps(trainer: Any, callback: Trainee, wrappers: Teardown) -> None:
