@@ -1,5 +1,6 @@
 """What every part uses: argument checks that name the argument, the process's identity (rank,
-cores, the user's stack level) and whole-or-nothing file writes."""
+cores, the user's stack level), whole-or-nothing file writes and appends that never glue to a cut
+line."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ __all__: list[str] = []
 
 # used by the other parts of trainperf
 from ._atomic import atomic_write as atomic_write
+from ._atomic import open_to_append as open_to_append
 from ._atomic import remove_leftovers as remove_leftovers
 from ._check import check_bool as check_bool
 from ._check import check_callable as check_callable
