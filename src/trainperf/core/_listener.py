@@ -220,8 +220,8 @@ class PerformanceListener(ListenerSetup):
         if tokens is not None:
             self._open.add_tokens(tokens)
         count = self._count + 1
-        self._count = count
         if count < self._next_report:
+            self._count = count
             self._append((self._clock(), etl, started, samples, batches, other, steps, skipped))
             if self._timeline is not None:
                 self._timeline.end()
@@ -241,8 +241,8 @@ class PerformanceListener(ListenerSetup):
         if tokens is not None:
             self._open.add_tokens(tokens)
         count = self._count + 1
-        self._count = count
         if count < self._next_report:
+            self._count = count
             self._append((now, etl, started, samples, batches, other, steps, skipped))
             if self._timeline is not None:
                 self._timeline.end()
@@ -255,6 +255,7 @@ class PerformanceListener(ListenerSetup):
         :meth:`record_iteration`'s arguments in its order."""
         self._handover.left_unlocked()
         with self._lock:
+            self._handover.holding()
             if self._closed:
                 raise RuntimeError("this PerformanceListener is closed: it records no more iterations")
             if self._owner is None:
@@ -275,8 +276,12 @@ class PerformanceListener(ListenerSetup):
 
     # ------------------------------------------------------------------ reporting
     def _report(self, last: WindowEntry) -> PerformanceRecord | None:
+        # Counted here, under the lock, with its entry: counted before, a second thread taking over now
+        # could close the window with the count but without the entry (numbering an iteration twice).
         self._handover.left_unlocked()
         with self._lock:  # another thread's first call waits for a report to end
+            self._handover.holding()
+            self._count += 1
             window = self._open
             capture = self._capture
             if capture is not None and capture.busy:  # the iteration's end, for the profiler
@@ -375,6 +380,7 @@ class PerformanceListener(ListenerSetup):
         (said once, see :meth:`Handover.share`)."""
         owner = self._owner
         if owner is not None and owner >= 0 and owner != _get_ident():
+            self._handover.expect(owner)  # before the owner changes: the first thread may see it at once
             self._owner = SHARED
             self._handover.share(owner)
 
