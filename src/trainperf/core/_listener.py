@@ -302,7 +302,7 @@ class PerformanceListener(ListenerSetup):
                 # would have closed: it joins the next window instead.
                 window.entries.append((max(last[0], window.start), *last[1:]))
                 record = self._closer.poll(window, self._count, on_cuda=self.device is not None)
-                if not self._closer.pending and not self._capturing():
+                if not self._closer.pending and not self._closer.held and not self._capturing():
                     self._next_report = window.end
                 return record
             return self._report_locked(last)
@@ -348,7 +348,10 @@ class PerformanceListener(ListenerSetup):
             run_steps([("stopping the profiler's capture", capture.stop_arming if capture is not None else None),
                        ("reporting the last window", self._flush_unlocked),
                        ("closing the profiler's capture",
-                        functools.partial(capture.close, count) if capture is not None else None)], failures)
+                        functools.partial(capture.close, count) if capture is not None else None),
+                       ("reporting the windows that waited for their trace",
+                        functools.partial(self._closer.release_all, count, on_cuda=self.device is not None))],
+                      failures)
             self._closed = True
             self._owner = CLOSED
             callbacks, self._on_close = self._on_close, []
@@ -369,9 +372,9 @@ class PerformanceListener(ListenerSetup):
             if self.options.report_score:
                 window.score = self._closer.pending.stage(window.score)  # read after the wait below
             record = self._report_locked(window.entries.pop())
-        if self._closer.pending:
+        if self._closer.pending or self._closer.held:
             record = self._closer.drain(window, self._count, on_cuda=self.device is not None) or record
-            self._next_report = window.end
+            self._next_report = self._count + 1 if self._closer.held else window.end
         return record
 
     def _claim(self) -> None:

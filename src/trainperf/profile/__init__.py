@@ -6,4 +6,5 @@ from ._rule import CaptureRule
 __all__ = ["CaptureRule"]
 
 # used by the other parts of trainperf
+from ._capture import CLOSE_WAIT_S as CLOSE_WAIT_S
 from ._capture import Capture as Capture
