@@ -184,3 +184,66 @@ def test_a_closed_listener_flushed_and_closed_from_another_thread_answers_at_onc
     from trainperf.core._handover import HANDOVER_TIMEOUT_S
 
     assert took and took[0] < HANDOVER_TIMEOUT_S / 2
+
+
+def hammer(tmp_path, *, threads: int = 2, per_thread: int = 600, frequency: int = 4, adapter: bool = False):
+    """``threads`` threads recording as fast as they can on one listener from the first call (through
+    :meth:`record_step` with ``adapter``), each until every one has recorded ``per_thread`` iterations
+    (a thread that ran alone for a while records on while the others start); the listener, its
+    records and its run directory's spans."""
+    memory = MemorySink()
+    listener = PerformanceListener(frequency, sinks=[memory], report_hardware=False, run_dir=tmp_path / "run")
+    link = listener._run_dir
+    link.sink.max_timeline_windows = link.sink.slowest_kept = 10**9  # every window's spans are written
+    go = threading.Barrier(threads)
+    counts = [0] * threads
+
+    def work(k: int) -> None:
+        go.wait()
+        while min(counts) < per_thread:
+            if adapter:
+                listener.record_step(listener.clock(), 1, 1, 0.0, None, 0.0, 1, 0)
+            else:
+                listener.record_iteration(samples=1)
+            counts[k] += 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "used from more than one thread"
+        workers = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+        listener.close()
+    assert listener.iteration == sum(counts)
+    lines = (tmp_path / "run" / "rank-0" / "timeline.jsonl").read_text().splitlines()
+    return listener, list(memory.records), [json.loads(line) for line in lines]
+
+
+def test_two_threads_hammering_one_listener_count_every_window_exactly_and_number_each_iteration_once(tmp_path):
+    """Each window counts the iterations it holds, the windows follow each other without gap or overlap,
+    and the run directory's spans name each iteration once: through record_iteration and through the
+    adapters' record_step, several runs (a thread that counted its iteration before a report let the
+    other close the window without it)."""
+    for run in range(6):
+        listener, records, spans = hammer(tmp_path / str(run), adapter=run % 2 == 1)
+        total = listener.iteration
+        assert total == sum(r.window_iterations for r in records) and total >= 1200
+        for r in records:
+            assert r.iteration - r.first_iteration + 1 == r.window_iterations == r.samples, (run, r)
+        assert [r.first_iteration for r in records] == [1, *(r.iteration + 1 for r in records[:-1])]
+        phases = [(s["i"], s["ph"]) for s in spans]
+        assert len(set(phases)) == len(phases), run  # no iteration's phase twice
+        numbered = {i for i, _ in phases}  # (a phase of zero length is left out: the threads share a clock)
+        assert numbered <= set(range(1, total + 1)) and len(numbered) >= 0.95 * total, run
+        assert [i for i, _ in phases] == sorted(i for i, _ in phases), run
+
+
+def test_the_second_thread_waits_for_the_first_only_until_its_next_call(tmp_path):
+    """A first thread that records on sees the hand-over at its next call: the second thread is not held
+    for the whole bound (it once was, when the first thread looked before the second was ready to hear)."""
+    from trainperf.core._handover import HANDOVER_TIMEOUT_S
+
+    for run in range(3):
+        _, records, _ = hammer(tmp_path / str(run), per_thread=300)
+        assert max(r.iteration_max_ms for r in records) < 1000.0 * HANDOVER_TIMEOUT_S * 0.9, run

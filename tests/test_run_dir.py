@@ -202,3 +202,25 @@ def test_untimed_collectives_are_written_to_the_meta_data_at_once_and_kept_at_cl
     meta = json.loads((tmp_path / "rank-1" / "meta.json").read_text())
     assert meta["collectives_untimed"] == "FSDP2: fully_shard" and meta["ended"] == BASE
     assert load_run(tmp_path)[0].meta["collectives_untimed"] == "FSDP2: fully_shard"
+
+
+def test_a_line_cut_by_a_crash_does_not_glue_to_the_next_runs_first_line(tmp_path):
+    """A restarted run appends to the rank's files; a line its killed predecessor left unfinished ends
+    first, so the new lines read back whole."""
+    sink = RunDirSink(tmp_path, rank=0, wall_clock=lambda: BASE)
+    sink(record(10, 12.5))
+    sink(record(20, 13.0))
+    sink.spans([(21, BASE, 0.001, 0.01, 0.0)])
+    sink.close()
+    for name in ("windows.jsonl", "timeline.jsonl"):
+        path = tmp_path / "rank-0" / name
+        path.write_bytes(path.read_bytes()[:-7])  # the last line's end never reached the disk
+    again = RunDirSink(tmp_path, rank=0, wall_clock=lambda: BASE)
+    again(record(10, 14.0))
+    again.spans([(1, BASE, 0.002, 0.02, 0.0)])
+    again.close()
+    windows = (tmp_path / "rank-0" / "windows.jsonl").read_text().splitlines()
+    assert json.loads(windows[0])["iteration_ms"] == 12.5 and json.loads(windows[-1])["iteration_ms"] == 14.0
+    assert len(windows) == 3  # the cut line stays on its own
+    spans = (tmp_path / "rank-0" / "timeline.jsonl").read_text().splitlines()
+    assert [json.loads(line)["i"] for line in spans[-2:]] == [1, 1]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 
 import pytest
@@ -72,3 +73,56 @@ def test_add_sink_receives_later_records(clock):
     listener.record_iteration(samples=1)
     assert [r.iteration for r in later] == [2]
     assert listener.sinks == [later]
+
+
+def test_a_memory_sink_is_complete_right_after_the_loop_without_flush():
+    """The sinks' writer thread delivers later; a memory sink is filled in the report itself."""
+    memory = MemorySink()
+    listener = PerformanceListener(2, sinks=[memory], report_hardware=False)  # the writer thread is on
+    for _ in range(40):
+        listener.record_iteration(samples=1)
+    assert [r.iteration for r in memory.records] == list(range(2, 41, 2))
+    assert len(memory) == 20 and memory[-1].iteration == 40 and [r.iteration for r in memory][-1] == 40
+    listener.close()
+
+
+def test_reading_a_memory_sink_while_training_runs_is_safe():
+    """Another thread reads the records, slowly, while they arrive: each read is a whole snapshot."""
+    import threading
+
+    memory = MemorySink()
+    listener = PerformanceListener(1, sinks=[memory], report_hardware=False)
+    done = threading.Event()
+    errors: list[BaseException] = []
+    seen: list[int] = []
+
+    def reader() -> None:
+        try:
+            while not done.is_set():
+                iterations = []
+                for record in memory.records:  # another thread's work between items
+                    iterations.append(record.iteration)
+                    time.sleep(0)
+                assert iterations == list(range(1, len(iterations) + 1))
+                seen.append(len(iterations))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    for _ in range(1000):
+        listener.record_iteration(samples=1)
+        time.sleep(0)
+    done.set()
+    watcher.join(10)
+    listener.close()
+    assert errors == []
+    assert len(seen) > 5 and len(memory.records) == 1000
+
+
+def test_sinks_that_all_run_on_the_training_thread_start_no_writer_thread():
+    listener = PerformanceListener(1, sinks=[MemorySink()], report_hardware=False)
+    for _ in range(3):
+        listener.record_iteration(samples=1)
+    assert listener._emitter._thread is None and len(listener.sinks[0]) == 3
+    listener.close()

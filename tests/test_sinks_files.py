@@ -227,10 +227,10 @@ def test_csv_writes_infinities_by_name_and_nan_as_nan(tmp_path):
     assert scores == ["Infinity", "-Infinity", "nan", "0.5"]
 
 
-def test_csv_starts_its_file_afresh(tmp_path):
+def test_csv_with_append_false_starts_its_file_afresh(tmp_path):
     path = tmp_path / "run.csv"
     path.write_text("old,header\n1,2\n")
-    with CsvSink(path) as sink:
+    with CsvSink(path, append=False) as sink:
         sink(_one(1))
     text = path.read_text()
     assert "old,header" not in text and text.startswith("timestamp,host,") and text.count("\n") == 2
@@ -247,3 +247,92 @@ def test_a_file_cut_after_a_tab_gets_its_new_line_too(tmp_path):
 def test_json_lines_options_are_keyword_only(tmp_path):
     with pytest.raises(TypeError):
         JsonLinesSink(tmp_path / "x.jsonl", False)  # type: ignore[misc]
+
+
+def test_csv_appends_to_the_file_an_earlier_run_left_under_its_header(tmp_path, clock):
+    """A restarted run keeps the rows of the earlier attempt; the header is written once."""
+    path = tmp_path / "perf.csv"
+    for _ in range(2):
+        with CsvSink(path) as sink:
+            listener = PerformanceListener(2, sinks=[sink], clock=clock, sink_thread=False, report_gc=True)
+            drive(listener, clock, 4)
+            listener.close()
+    text = path.read_text()
+    assert text.count("timestamp,host,pid") == 1
+    rows = list(csv.DictReader(text.splitlines()))
+    assert [r["iteration"] for r in rows] == ["2", "4", "2", "4"]
+    assert all(None not in r and r["gc.gen0.count"] != "" for r in rows)
+
+
+def test_csv_append_false_starts_the_file_afresh(tmp_path, clock):
+    path = tmp_path / "perf.csv"
+    for append in (True, False):
+        with CsvSink(path, append=append) as sink:
+            listener = PerformanceListener(1, sinks=[sink], clock=clock, sink_thread=False)
+            drive(listener, clock, 2)
+            listener.close()
+    assert [r["iteration"] for r in csv.DictReader(path.open())] == ["1", "2"]
+
+
+def test_csv_refuses_to_append_to_a_file_with_another_header_and_names_it(tmp_path):
+    path = tmp_path / "theirs.csv"
+    path.write_text("step,loss\n1,0.5\n")
+    with pytest.raises(ValueError, match=r"theirs\.csv.*not CsvSink's \(columns 'step', 'loss'\).*append=False"):
+        CsvSink(path)
+    assert path.read_text() == "step,loss\n1,0.5\n"  # left as it was
+    with CsvSink(path, append=False):
+        pass
+    assert path.read_text() == ""
+
+
+def test_csv_an_earlier_header_with_fewer_collectors_is_widened_keeping_its_rows(tmp_path, clock):
+    path = tmp_path / "perf.csv"
+    with CsvSink(path) as sink:
+        listener = PerformanceListener(1, sinks=[sink], clock=clock, sink_thread=False)
+        drive(listener, clock, 2)
+        listener.close()
+    with CsvSink(path) as sink:
+        listener = PerformanceListener(1, sinks=[sink], clock=clock, sink_thread=False, report_gc=True)
+        with pytest.warns(UserWarning, match="wider header"):
+            drive(listener, clock, 2)
+        listener.close()
+    rows = list(csv.DictReader(path.open()))
+    assert [(r["iteration"], r["gc.gen0.count"] != "") for r in rows] == [("1", False), ("2", False), ("1", True),
+                                                                          ("2", True)]
+
+
+@pytest.mark.parametrize("keep", [0, 1, 25, -2, -1])  # bytes of the last row that reached the disk
+def test_csv_a_row_cut_by_a_crash_does_not_glue_to_the_next_runs_first_row(tmp_path, clock, keep):
+    path = tmp_path / "perf.csv"
+    with CsvSink(path) as sink:
+        listener = PerformanceListener(1, sinks=[sink], clock=clock, sink_thread=False)
+        drive(listener, clock, 3)
+        listener.close()
+    whole = path.read_bytes()
+    last_start = whole.rstrip(b"\r\n").rfind(b"\n") + 1
+    last = whole[last_start:]
+    cut = whole[: last_start + (keep if keep >= 0 else len(last) + keep)]
+    path.write_bytes(cut)
+    with CsvSink(path) as sink:
+        listener = PerformanceListener(1, sinks=[sink], clock=clock, sink_thread=False)
+        drive(listener, clock, 2)
+        listener.close()
+    rows = list(csv.reader(path.read_text().splitlines()))
+    header, rows = rows[0], rows[1:]
+    whole_rows = [r for r in rows if len(r) == len(header)]
+    iteration = header.index("iteration")
+    # the two whole rows before the cut, the cut one (when anything of it reached the disk) on its own
+    # line, then the second run's rows, each whole
+    assert [r[iteration] for r in whole_rows][:2] == ["1", "2"]
+    assert [r[iteration] for r in whole_rows][-2:] == ["1", "2"]
+    assert len(rows) == (4 if keep == 0 else 5)
+
+
+def test_a_json_lines_file_appended_twice_keeps_both_runs(tmp_path, clock):
+    path = tmp_path / "perf.jsonl"
+    for _ in range(2):
+        with JsonLinesSink(path) as sink:
+            listener = PerformanceListener(1, sinks=[sink], clock=clock, sink_thread=False)
+            drive(listener, clock, 2)
+            listener.close()
+    assert [json.loads(line)["iteration"] for line in path.read_text().splitlines()] == [1, 2, 1, 2]

@@ -158,3 +158,63 @@ def test_a_json_line_cut_at_any_byte_reads_back_without_it_and_the_next_run_star
     again = parse_log(path)
     assert again.column("iteration") == [1.0, 2.0, 1.0]
     assert again.truncated == 0 and again.skipped == 1  # the cut line is skipped, not read
+
+
+RESTARTED = textwrap.dedent(
+    """
+    import sys, time
+    from trainperf import PerformanceListener
+    from trainperf.sinks import CsvSink, JsonLinesSink
+    folder = sys.argv[1]
+    listener = PerformanceListener(1, sinks=[CsvSink(folder + "/run.csv"), JsonLinesSink(folder + "/run.jsonl")],
+                                   run_dir=folder + "/run", report_gc=True)
+    listener.record_iteration(32, etl=0.001)
+    listener.flush()  # the first record reached the files: the writer thread is running
+    print("ready", flush=True)
+    while True:  # a fast loop that reports every iteration, with the sinks on the writer thread
+        time.sleep(0.0005)
+        listener.record_iteration(32, etl=0.001)
+    """
+)
+
+
+def _complete_lines(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    return data[: data.rfind(b"\n") + 1].splitlines(keepends=True)
+
+
+def test_every_row_of_every_killed_attempt_survives_the_restarts_in_each_file_sink(tmp_path):
+    """The same training restarted after SIGKILL, four attempts: the CSV, JSON lines and run directory
+    files each keep every complete row of every attempt, in order, with the CSV header once."""
+    rng = random.Random(7)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    files = {"csv": tmp_path / "run.csv", "jsonl": tmp_path / "run.jsonl",
+             "run_dir": tmp_path / "run" / "rank-0" / "windows.jsonl"}
+    kept: dict[str, list[bytes]] = {kind: [] for kind in files}
+    for attempt in range(4):
+        proc = subprocess.Popen([sys.executable, "-c", RESTARTED, str(tmp_path)], stdout=subprocess.PIPE, env=env)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0.05, 0.3))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        for kind, path in files.items():
+            lines = _complete_lines(path)
+            assert lines[: len(kept[kind])] == kept[kind], (attempt, kind)  # nothing earlier lost or changed
+            new = lines[len(kept[kind]):]
+            if kind == "csv":
+                header = next(csv.reader([lines[0].decode()]))
+                assert header[:3] == ["timestamp", "host", "pid"] and sum(line.startswith(b"timestamp,") for line in
+                                                                          lines) == 1
+                new = new[1:] if attempt == 0 else new
+                rows = list(csv.reader(line.decode() for line in new))
+                whole = [r for r in rows if len(r) == len(header)]
+                iterations = [int(r[header.index("iteration")]) for r in whole]
+            else:
+                iterations = []
+                for line in new:
+                    try:
+                        iterations.append(json.loads(line)["iteration"])
+                    except ValueError:  # a line the kill cut, on its own
+                        pass
+            assert iterations[:1] == [1] and iterations == list(range(1, len(iterations) + 1)), (attempt, kind)
+            kept[kind] = lines

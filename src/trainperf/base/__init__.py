@@ -1,6 +1,6 @@
 """What every part uses: argument checks that name the argument, the process's identity (rank,
 cores, the user's stack level), names a package imports on first use, and, imported on first use,
-whole-or-nothing file writes and the progress of a long command."""
+whole-or-nothing file writes, appends that never glue to a cut line and the progress of a long command."""
 
 from __future__ import annotations
 
@@ -28,11 +28,13 @@ from ._process import user_stacklevel as user_stacklevel
 
 if TYPE_CHECKING:
     from ._atomic import atomic_write as atomic_write
+    from ._atomic import open_to_append as open_to_append
     from ._atomic import remove_leftovers as remove_leftovers
     from ._progress import Progress as Progress
 
 # a file written whole or not at all (the file sinks', the report's and the command line's), and the
 # progress of a long command
 if not TYPE_CHECKING:  # mypy reads the imports above, so a misspelt name stays an error
-    __getattr__, __dir__ = lazy_names(__name__, {"atomic_write": "._atomic", "remove_leftovers": "._atomic",
+    __getattr__, __dir__ = lazy_names(__name__, {"atomic_write": "._atomic", "open_to_append": "._atomic",
+                                                 "remove_leftovers": "._atomic",
                                                  "Progress": "._progress"})

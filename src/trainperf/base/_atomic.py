@@ -1,4 +1,5 @@
-"""Whole-or-nothing file writes: a temporary file in the same folder, then a rename."""
+"""Files that a crash never leaves half-readable: whole-or-nothing writes (a temporary file in the
+same folder, then a rename), and appends that start on a line of their own."""
 
 from __future__ import annotations
 
@@ -81,3 +82,36 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], Any], *, b
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def ends_mid_line(path: str | os.PathLike[str]) -> bool:
+    """Whether the file at ``path`` exists, is not empty and does not end with a line end (the
+    process that wrote it was killed mid-line, or the disk took only part of its last write)."""
+    try:
+        with open(path, "rb") as f:
+            if f.seek(0, os.SEEK_END) == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
+
+
+def open_to_append(path: str | os.PathLike[str], *, newline: str | None = None) -> IO[str]:
+    """``path`` opened to append UTF-8 text, created when missing. When it ends mid-line, a line end
+    is written first: the next line starts on a line of its own and never glues to the cut one,
+    which stays as it was (a reader skips it as it would any cut line).
+
+    Args:
+        path: the file.
+        newline: as for :func:`open` (``""`` for the :mod:`csv` module).
+    """
+    f = open(path, "a", encoding="utf-8", newline=newline)  # noqa: SIM115 - returned open
+    try:
+        if ends_mid_line(path):
+            f.write("\n")
+            f.flush()
+    except BaseException:
+        f.close()
+        raise
+    return f

@@ -1,9 +1,11 @@
 """Closing a window: its host figures are read, its device side waited for (never blocking), and its
-record published. It knows nothing of the listener: the listener hands it the open window, the
-iteration count and who measured it, under its lock, on the thread that records."""
+record published, once the trace of a capture it overlaps is written (so that it names only a trace
+that exists). It knows nothing of the listener: the listener hands it the open window, the iteration
+count and who measured it, under its lock, on the thread that records."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -41,12 +43,14 @@ class WindowCloser:
 
     Attributes:
         pending: the device clock and the closed windows waiting for it.
+        held: the windows, oldest first, whose device side is known but whose capture's trace is not
+            written yet (nor failed); every later window waits behind them, so records keep their order.
         flops: the model's FLOPs per optimizer step and the device's peak, for MFU (``None``: unknown).
         capture: the profiler captures each published window may trigger (``None``: no ``profile_dir``).
     """
 
     __slots__ = ("own", "readings", "publisher", "notices", "emitter", "run_dir", "wall_clock", "verdict",
-                 "pending", "flops", "capture")
+                 "pending", "held", "flops", "capture")
 
     def __init__(self, own: OwnTime, readings: HostReadings, publisher: Publisher, notices: Notices,
                  emitter: Emitter, run_dir: RunDirLink | None, wall_clock: Callable[[], float], *,
@@ -54,6 +58,7 @@ class WindowCloser:
         self.own, self.readings, self.publisher, self.notices = own, readings, publisher, notices
         self.emitter, self.run_dir, self.wall_clock, self.verdict = emitter, run_dir, wall_clock, verdict
         self.pending = PendingWindows()
+        self.held: deque[tuple[HostWindow, DeviceWindow | None]] = deque()
         self.flops: StepFlops | None = None  # the FLOPs per step and the peak, once known
         self.capture: Capture | None = None
 
@@ -102,7 +107,6 @@ class WindowCloser:
             excluded=window.take_excluded(count, figures.iterations),
             tokens=window.window_tokens(figures.iterations),
             flops=self.flops,
-            capture=None if self.capture is None else self.capture.path_in(window.first_iteration, count),
         )
         pending = self.pending
         record: PerformanceRecord | None
@@ -110,23 +114,29 @@ class WindowCloser:
             record = self._publish(host, None, count)
         else:
             record = self._publish_all(pending.add(host), count)
+        if self.held:
+            record = self.release(count) or record
         if self.run_dir is not None:  # the window's host spans, once its iterations are known
             self.emitter.submit(self.run_dir.spans_task(window_start, entries, count, self.own.clock.shift))
         return record
 
     def poll(self, window: OpenWindow, count: int, *, on_cuda: bool) -> PerformanceRecord | None:
-        """Publish the windows whose device work has completed (never blocks); their cost is left out
-        of ``window``, the open one, after ``count`` iterations."""
+        """Publish the windows whose device work has completed and whose capture's trace is written
+        (never blocks); their cost is left out of ``window``, the open one, after ``count`` iterations."""
         done = self.pending.poll()
-        if not done:
+        if not done and not self.held:
             return None
         return self._publish_timed(done, window, count, on_cuda=on_cuda)
 
     def drain(self, window: OpenWindow, count: int, *, on_cuda: bool) -> PerformanceRecord | None:
         """Publish every window still waiting for the device, after waiting for it once (end of
-        training), as trainperf's own time; the newest record, or ``None`` when none waited."""
-        if not self.pending:
+        training), and those waiting for a capture's trace being written, after waiting for it (at most
+        the capture's ``close_wait_s``; a capture still tracing keeps its windows), as
+        trainperf's own time; the newest record, or ``None`` when none waited."""
+        if not self.pending and not self.held:
             return None
+        if self.held and self.capture is not None:
+            self.capture.wait(self.capture.close_wait_s)
         return self._publish_timed(self.pending.drain(), window, count, on_cuda=on_cuda)
 
     def finish(self) -> None:
@@ -137,6 +147,8 @@ class WindowCloser:
         began = self.own.begin()
         try:
             record = self._publish_all(done, count)
+            if self.held:
+                record = self.release(count) or record
         finally:
             self.own_end(window, count, began)
         self.say(on_cuda=on_cuda)
@@ -157,10 +169,46 @@ class WindowCloser:
     def _publish_all(self, done: _Done, count: int | None) -> PerformanceRecord | None:
         record = None
         for host, device in done:
-            record = self._publish(host, device, count)
+            record = self._publish(host, device, count) or record
         return record
 
-    def _publish(self, host: HostWindow, device: DeviceWindow | None, count: int | None) -> PerformanceRecord:
+    def release(self, count: int, *, force: bool = False) -> PerformanceRecord | None:
+        """Publish the held windows, oldest first, up to the first whose capture's trace is still not
+        written (``force``: all of them, naming only the traces written by now: training ended); the
+        newest record published, else ``None``."""
+        capture = self.capture
+        if capture is None or not self.held:
+            return None
+        capture.collect(count)
+        record = None
+        while self.held:
+            host, device = self.held[0]
+            if not force and capture.waits_for(host.first_iteration, host.iteration):
+                break
+            self.held.popleft()
+            host.capture = capture.path_in(host.first_iteration, host.iteration)
+            record = self._publish_now(host, device, count)
+        return record
+
+    def release_all(self, count: int, *, on_cuda: bool) -> None:
+        """Training ended and the captures' traces are written (or given up on): every held window is
+        published, naming its trace when it was written, and its warnings said."""
+        if self.held:
+            self.release(count, force=True)
+            self.say(on_cuda=on_cuda)
+
+    def _publish(self, host: HostWindow, device: DeviceWindow | None, count: int | None) -> PerformanceRecord | None:
+        """Publish a window, or hold it while the trace of a capture it overlaps is not written (or
+        while older windows are held)."""
+        capture = self.capture
+        if capture is not None:
+            if self.held or capture.waits_for(host.first_iteration, host.iteration):
+                self.held.append((host, device))
+                return None
+            host.capture = capture.path_in(host.first_iteration, host.iteration)
+        return self._publish_now(host, device, count)
+
+    def _publish_now(self, host: HostWindow, device: DeviceWindow | None, count: int | None) -> PerformanceRecord:
         """Publish a window; with the iterations done so far (``count``; ``None`` when training
         restarts), a capture may arm."""
         cpu = self.readings.cpu_load(host.hardware, host.figures) if device is None and self.verdict else None

@@ -70,6 +70,7 @@ class Emitter:
         self._closed = False
         self._checked: list[Sink] = []
         self._some_on_training_thread = False
+        self._some_on_writer = False
         self._start_state()
         _live.add(self)
 
@@ -105,11 +106,13 @@ class Emitter:
             return
         if sinks != self._checked:  # a sink was added: which run on the training thread?
             self._checked = list(sinks)
-            self._some_on_training_thread = any(on_training_thread(sink) for sink in sinks)
+            here = [on_training_thread(sink) for sink in sinks]
+            self._some_on_training_thread, self._some_on_writer = any(here), not all(here)
         if self._some_on_training_thread:
             for failure in self._fanout.deliver(record, training_thread=True):
                 self._say(failure)
-        self._put(record)
+        if self._some_on_writer:  # sinks that all run here (memory sinks) need no writer thread
+            self._put(record)
 
     def submit(self, task: Callable[[], object]) -> None:
         """Run ``task`` where the sinks run, after the records delivered before it (a sink's other

@@ -11,14 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..base import bad_iteration, check_callable, check_clock, env_rank, host_name, iteration_error
-from ..records import (
-    GC_BOUND_SHARE,
-    INPUT_BOUND_SHARE,
-    LOOP_BOUND_SHARE,
-    DeviceTimeline,
-    PerformanceRecord,
-    WindowEntry,
-)
+from ..records import GC_BOUND_SHARE, INPUT_BOUND_SHARE, LOOP_BOUND_SHARE, DeviceTimeline, PerformanceRecord
 from ..sinks import MemorySink, Sink
 from ._capture_wiring import open_capture
 from ._closer import WindowCloser
@@ -35,6 +28,7 @@ from ._readings import HostReadings
 
 if TYPE_CHECKING:  # a listener without a capture loads none of the profile package
     from ..profile import CaptureRule
+    from ..records import WindowEntry
 
 __all__ = ["PerformanceListener", "BottleneckWarning"]
 
@@ -225,8 +219,8 @@ class PerformanceListener(ListenerSetup):
         if tokens is not None:
             self._open.add_tokens(tokens)
         count = self._count + 1
-        self._count = count
         if count < self._next_report:
+            self._count = count
             self._append((self._clock(), etl, started, samples, batches, other, steps, skipped))
             if self._timeline is not None:
                 self._timeline.end()
@@ -246,8 +240,8 @@ class PerformanceListener(ListenerSetup):
         if tokens is not None:
             self._open.add_tokens(tokens)
         count = self._count + 1
-        self._count = count
         if count < self._next_report:
+            self._count = count
             self._append((now, etl, started, samples, batches, other, steps, skipped))
             if self._timeline is not None:
                 self._timeline.end()
@@ -260,6 +254,7 @@ class PerformanceListener(ListenerSetup):
         :meth:`record_iteration`'s arguments in its order."""
         self._handover.left_unlocked()
         with self._lock:
+            self._handover.holding()
             if self._closed:
                 raise RuntimeError("this PerformanceListener is closed: it records no more iterations")
             if self._owner is None:
@@ -282,6 +277,8 @@ class PerformanceListener(ListenerSetup):
     def _report(self, last: WindowEntry) -> PerformanceRecord | None:
         self._handover.left_unlocked()
         with self._lock:  # another thread's first call waits for a report to end
+            self._handover.holding()
+            self._count += 1  # with its entry, under the lock: a thread taking over never sees one without the other
             window = self._open
             capture = self._capture
             if capture is not None and capture.busy:  # the iteration's end, for the profiler
@@ -302,7 +299,7 @@ class PerformanceListener(ListenerSetup):
                 # would have closed: it joins the next window instead.
                 window.entries.append((max(last[0], window.start), *last[1:]))
                 record = self._closer.poll(window, self._count, on_cuda=self.device is not None)
-                if not self._closer.pending and not self._capturing():
+                if not self._closer.pending and not self._closer.held and not self._capturing():
                     self._next_report = window.end
                 return record
             return self._report_locked(last)
@@ -347,8 +344,9 @@ class PerformanceListener(ListenerSetup):
             # the capture's traces are written and said, their run directory events sent, before the sinks close
             run_steps([("stopping the profiler's capture", capture.stop_arming if capture is not None else None),
                        ("reporting the last window", self._flush_unlocked),
-                       ("closing the profiler's capture",
-                        functools.partial(capture.close, count) if capture is not None else None)], failures)
+                       ("closing the profiler's capture", functools.partial(capture.close, count) if capture else None),
+                       ("reporting the windows that waited for their trace",
+                        functools.partial(self._closer.release_all, count, on_cuda=self.device is not None))], failures)
             self._closed = True
             self._owner = CLOSED
             callbacks, self._on_close = self._on_close, []
@@ -369,9 +367,9 @@ class PerformanceListener(ListenerSetup):
             if self._keeps_score:
                 window.score = self._closer.pending.stage(window.score)  # read after the wait below
             record = self._report_locked(window.entries.pop())
-        if self._closer.pending:
+        if self._closer.pending or self._closer.held:
             record = self._closer.drain(window, self._count, on_cuda=self.device is not None) or record
-            self._next_report = window.end
+            self._next_report = self._count + 1 if self._closer.held else window.end
         return record
 
     def _claim(self) -> None:
@@ -380,6 +378,7 @@ class PerformanceListener(ListenerSetup):
         (said once, see :meth:`Handover.share`)."""
         owner = self._owner
         if owner is not None and owner >= 0 and owner != _get_ident():
+            self._handover.expect(owner)  # before the owner changes: the first thread may see it at once
             self._owner = SHARED
             self._handover.share(owner)
 

@@ -300,8 +300,10 @@ class ListenerSetup:
         window = self._open
         window.reset(now, self._count, self.frequency, first=first)
         self._append = window.entries.append  # bound once per window: the hot path's one call
-        # While windows wait for the device, or a capture profiles, every iteration takes the report path.
-        self._next_report = self._count + 1 if self._closer.pending or self._capturing() else window.end
+        # While windows wait for the device or for a capture's trace, or a capture profiles, every
+        # iteration takes the report path.
+        closer = self._closer
+        self._next_report = self._count + 1 if closer.pending or closer.held or self._capturing() else window.end
 
     def _capturing(self) -> bool:
         return self._capture is not None and self._capture.busy

@@ -1,6 +1,9 @@
 """Capturing the bad window: when a published window triggers the rule, the next iterations are
 profiled (one warm-up, then :attr:`CaptureRule.iterations` traced) and the trace is written off the
-training thread. Nothing runs on the training thread between captures but one check per window."""
+training thread. Nothing runs on the training thread between captures but one check per window.
+
+A trace is named (in records, in the log) only once it is written: the windows a capture overlaps
+ask :meth:`Capture.waits_for` and are reported when it answers no."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from ..base import user_stacklevel
 from ..records import PerformanceRecord
 from ..sinks.shared import LOGGER_NAME, describe, ensure_visible
 from ._rule import CaptureRule, Trigger
-from ._trace_file import finish_trace
+from ._trace_file import TraceNotWritten, cause, finish_trace, probe_folder, remove_raw, why_not_written
 from ._tracer import TorchTracer, Tracer
 
 __all__: list[str] = []
@@ -73,6 +76,9 @@ class Capture:
         tracer: makes the profiler (``torch.profiler`` by default).
     """
 
+    #: How long closing waits for the traces being written.
+    close_wait_s = CLOSE_WAIT_S
+
     def __init__(self, directory: str | os.PathLike[str], rule: CaptureRule, *, clock: Callable[[], float],
                  who: Callable[[], tuple[int | None, int | None, str]],
                  on_written: Callable[[dict[str, Any]], None] | None = None,
@@ -83,6 +89,7 @@ class Capture:
         self._clock, self._who, self._on_written, self._new_tracer = clock, who, on_written, tracer
         self._job: _Job | None = None  # armed or tracing
         self._spans: list[tuple[int, int, str]] = []  # (first, last iteration, path) of every capture
+        self._unwritten: set[str] = set()  # the paths of the spans whose trace is not written yet
         self._disturbed_until: float = 0.0  # windows starting at or before this iteration overlap a capture
         self._exporting = 0
         self._done: deque[tuple[_Job, Any]] = deque()  # (job, result or exception), from the writer
@@ -121,6 +128,12 @@ class Capture:
         traced = (count + 2, count + 1 + self.rule.iterations)
         path = self.directory / f"{name}-iter{traced[0]}-{traced[1]}.pt.trace.json.gz"
         began = self._clock()
+        try:  # a folder that cannot be written is found now, not after profiling for nothing
+            probe_folder(self.directory)
+        except OSError as exc:
+            said = cause(exc, self.directory) or f"folder {str(self.directory)!r}: {describe(exc)}"
+            self._fail(f"could not profile iterations {traced[0]}-{traced[1]}: {said}")
+            return
         tracer = None
         try:
             tracer = self._new_tracer()
@@ -136,8 +149,9 @@ class Capture:
         self._job = job
         self._disturbed_until = math.inf
         self._spans.append((count + 1, traced[1], str(path)))
-        logger.info("trainperf: iterations %d-%d: %s; profiling iterations %d-%d into %s", first, record.iteration,
-                    reason, traced[0], traced[1], path)
+        self._unwritten.add(str(path))
+        logger.info("trainperf: iterations %d-%d: %s; profiling iterations %d-%d (the trace goes to %s once "
+                    "written)", first, record.iteration, reason, traced[0], traced[1], self.directory)
 
     # ------------------------------------------------------------------ the capture
     def step(self, count: int, now: float) -> None:
@@ -183,13 +197,25 @@ class Capture:
     def _forget(self, job: _Job) -> None:
         """A capture that wrote nothing: windows not yet reported name no trace for it."""
         self._spans = [span for span in self._spans if span[2] != str(job.path)]
+        self._unwritten.discard(str(job.path))
 
     def path_in(self, first: int, last: int) -> str | None:
-        """The trace of a capture whose iterations (its warm-up included) overlap ``first``-``last``."""
+        """The written trace of a capture whose iterations (its warm-up included) overlap ``first``-``last``."""
         for a, b, path in reversed(self._spans):
-            if a <= last and first <= b:
+            if a <= last and first <= b and path not in self._unwritten:
                 return path
         return None
+
+    def waits_for(self, first: int, last: int) -> bool:
+        """Whether a capture whose iterations overlap ``first``-``last`` is not written yet (nor failed):
+        a window of these iterations is reported once it is, naming its trace or none."""
+        unwritten = self._unwritten
+        return bool(unwritten) and any(a <= last and first <= b and path in unwritten for a, b, path in self._spans)
+
+    def collect(self, count: int) -> None:
+        """Say the traces the writer finished since (``count`` iterations done), on the training thread."""
+        if self._done:
+            self._collect(count)
 
     # ------------------------------------------------------------------ writing, off the training thread
     def _write_traces(self) -> None:
@@ -214,18 +240,18 @@ class Capture:
                 self._wake.notify_all()
 
     def _write(self, job: _Job) -> dict[str, Any]:
-        job.path.parent.mkdir(parents=True, exist_ok=True)
         raw = job.path.with_name(f".{job.path.name}.raw.json")
         try:
-            job.tracer.save(str(raw))
-            meta = job.meta()
-            written = finish_trace(raw, job.path, rank=job.rank, world_size=job.world_size, meta=meta,
-                                   max_bytes=self.rule.max_bytes)
-        finally:
             try:
-                raw.unlink()
-            except OSError:
-                pass
+                job.path.parent.mkdir(parents=True, exist_ok=True)
+                job.tracer.save(str(raw))
+                meta = job.meta()
+                written = finish_trace(raw, job.path, rank=job.rank, world_size=job.world_size, meta=meta,
+                                       max_bytes=self.rule.max_bytes)
+            except Exception as exc:
+                raise why_not_written(exc, job.path.parent) from exc  # before what it left is removed
+        finally:
+            remove_raw(raw)
         return dict(meta, path=str(job.path), rank=job.rank, bytes=written.size, trimmed_events=written.trimmed)
 
     def _collect(self, count: int) -> None:
@@ -236,9 +262,10 @@ class Capture:
                 self._disturbed_until = count
             if isinstance(result, BaseException):
                 self._forget(job)
-                self._fail(f"could not write the trace of iterations {job.first}-{job.last} to "
-                           f"{str(job.path)!r}: {describe(result)}")
+                why = str(result) if isinstance(result, TraceNotWritten) else describe(result)
+                self._fail(f"could not write the trace of iterations {job.first}-{job.last}: {why}")
                 continue
+            self._unwritten.discard(str(job.path))
             self.written.append(result)
             trimmed = result["trimmed_events"]
             logger.info(

@@ -1,15 +1,21 @@
 """A profiler trace as a capture writes it: the rank where Holistic Trace Analysis finds it, what
-triggered the capture, kept under a size cap, compressed, whole or not at all."""
+triggered the capture, kept under a size cap, compressed, whole or not at all; and, when it cannot be
+written, why, in words, with nothing of it left behind."""
 
 from __future__ import annotations
 
+import errno
+import glob
 import gzip
 import json
 import os
+import secrets
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..base import atomic_write
+from ..sinks.shared import describe
 
 __all__: list[str] = []
 
@@ -124,3 +130,73 @@ def finish_trace(raw: str | os.PathLike[str], out: str | os.PathLike[str], *, ra
     blob, trimmed = fit_trace(data, max_bytes)
     atomic_write(out, lambda f: f.write(blob), binary=True)
     return Written(len(blob), trimmed)
+
+
+class TraceNotWritten(Exception):
+    """A capture's trace could not be written; the message says why, in words."""
+
+
+#: What an error number means for a folder traces go to.
+_CAUSES = {
+    errno.ENOSPC: "no space left on the device of folder {}",
+    errno.EDQUOT: "the disk quota of folder {} is used up (no space left)",
+    errno.EACCES: "permission denied: folder {} cannot be written",
+    errno.EPERM: "permission denied: folder {} cannot be written",
+    errno.EROFS: "folder {} is on a read-only file system",
+}
+#: Bytes written into the folder to find why the profiler wrote no trace (it says why only on stderr).
+PROBE_BYTES = 64 * 1024
+
+
+def probe_folder(folder: Path, size: int = 0, *, sync: bool = False) -> None:
+    """Make ``folder`` (with its parents) and write ``size`` bytes into a new file there, then remove
+    it: raises the :class:`OSError` a trace's write would meet there (no space, no permission, a
+    read-only file system)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f".trainperf-probe-{secrets.token_hex(6)}.tmp"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        if size:
+            os.write(fd, bytes(size))
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def cause(exc: BaseException, folder: Path) -> str | None:
+    """``exc`` in words, when it says why nothing can be written in ``folder``."""
+    if isinstance(exc, OSError) and exc.errno in _CAUSES:
+        return _CAUSES[exc.errno].format(repr(str(folder)))
+    return None
+
+
+def why_not_written(exc: BaseException, folder: Path) -> TraceNotWritten:
+    """Why a trace for ``folder`` was not written, from what writing it raised (``exc``). The profiler
+    says why its own write failed only on stderr, leaving no trace or a cut one: the folder is then
+    tried (call this before what the failed write left is removed: a full disk is still full)."""
+    said = cause(exc, folder)
+    if said is not None:
+        return TraceNotWritten(f"{said} ({describe(exc)})")
+    try:
+        probe_folder(folder, PROBE_BYTES, sync=True)
+    except OSError as probe:
+        said = cause(probe, folder)
+        return TraceNotWritten(f"{said or f'folder {str(folder)!r}: {describe(probe)}'} (the profiler wrote no "
+                               "whole trace)")
+    return TraceNotWritten(f"the profiler wrote no readable trace in folder {str(folder)!r}: {describe(exc)}")
+
+
+def remove_raw(raw: Path) -> None:
+    """Remove the profiler's raw trace ``raw`` and what the profiler's own write left beside it (Kineto
+    writes ``<raw>.tmp`` and renames it once whole); what cannot be removed is left, silently."""
+    try:
+        leftovers = [raw, *raw.parent.glob(glob.escape(raw.name) + "?*")]
+    except OSError:
+        leftovers = [raw]
+    for path in leftovers:
+        try:
+            path.unlink()
+        except OSError:
+            pass

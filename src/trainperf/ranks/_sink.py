@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ..base import atomic_write, remove_leftovers
+from ..base import atomic_write, open_to_append, remove_leftovers
 from ..records import PerformanceRecord, strict
 from ..records import json_line as _line
 from ._layout import CLOCK, CLOCK_STATUSES, EVENTS, META, RUN_DIR_SCHEMA, SPAN_PHASES, SPANS, WINDOWS
@@ -146,7 +146,9 @@ class RunDirSink:
             if not (self.path / META).exists():
                 self.path.mkdir(parents=True, exist_ok=True)
                 self._write_meta()
-            f = self._files[name] = open(self.path / name, "a", encoding="utf-8")  # noqa: SIM115 - owned
+            # appended to: a restarted rank keeps its earlier attempt's lines, and a line that attempt
+            # left cut (killed mid-write) is ended before the first new one
+            f = self._files[name] = open_to_append(self.path / name)
         f.write(text)
         f.flush()
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 import warnings
+from pathlib import Path
 from typing import IO, Any
 
-from ..base import atomic_write, remove_leftovers
+from ..base import atomic_write, check_bool, open_to_append, remove_leftovers
 from ..records import PerformanceRecord, flat_columns
 from ._file import FileSink
 
@@ -17,6 +19,8 @@ __all__ = ["CsvSink", "CSV_COLUMNS"]
 #: The CSV sink's leading columns, always present and always in this order. Collector columns
 #: (``gc.<name>.count``, ``gc.<name>.ms``) follow in the order the collectors first appear.
 CSV_COLUMNS = flat_columns()
+_KNOWN = frozenset(CSV_COLUMNS)
+_COLLECTOR_COLUMN = re.compile(r"gc\..+\.(count|ms)")
 
 
 def _cell(value: Any) -> Any:
@@ -42,16 +46,32 @@ class CsvSink(FileSink):
     written (and a header that still needs widening is widened then). Temporary files a killed
     process left beside the file are removed when it is opened.
 
+    A file an earlier run left is appended to, as every file sink does (a restarted run keeps the
+    earlier attempt's rows): its header is kept and no second one is written; a row the earlier run
+    left cut (a kill mid-write) is ended first, so the new rows start on a line of their own. A
+    header with fewer collector columns (or fewer of :data:`CSV_COLUMNS`, from an older trainperf)
+    is widened as above; a header with a column this sink never writes is another program's file,
+    and the sink refuses it rather than mix two tables in one file.
+
     Args:
-        path: the file; it is created afresh.
+        path: the file.
+        append: keep what the file holds and add rows under its header (default), or start it afresh.
+
+    Raises:
+        ValueError: ``append`` is true and the file's header is not one this sink writes.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, append: bool = True) -> None:
         super().__init__(path)
+        append = check_bool("append", append)
         remove_leftovers(self.path)
-        self.columns: list[str] = []
-        self._file = open(self.path, "w", encoding="utf-8", newline="")  # noqa: SIM115 - owned
+        self.columns: list[str] = _earlier_header(self.path) if append else []
         self._writer: Any = None
+        if self.columns:
+            self._file = open_to_append(self.path, newline="")
+            self._writer = csv.DictWriter(self._file, fieldnames=self.columns, extrasaction="ignore")
+        else:  # new, empty, or without one whole line (killed before its first row): started afresh
+            self._file = open(self.path, "w", encoding="utf-8", newline="")  # noqa: SIM115 - owned
 
     def __call__(self, record: PerformanceRecord) -> None:
         if self._file is None:
@@ -71,19 +91,6 @@ class CsvSink(FileSink):
         except OSError:
             self._reopen()  # what the failed write left in the buffer is dropped with the record
             raise
-
-    def _end_line(self) -> None:
-        """A row the disk took only part of ends here, so the next row starts on a line of its own."""
-        with open(self.path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            if size:
-                f.seek(size - 1)
-                last = f.read(1)
-            else:
-                last = b"\n"
-        if last != b"\n":
-            assert self._file is not None
-            self._file.write("\n")
 
     def _start(self, file: IO[str]) -> None:
         self._writer = csv.DictWriter(file, fieldnames=self.columns, extrasaction="ignore")
@@ -120,6 +127,31 @@ class CsvSink(FileSink):
                 self._file.close()
             except (OSError, ValueError):
                 pass  # that buffer is the record that failed
-        self._file = open(self.path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - owned
+        # what the failed write left of its row is ended: the next row starts on a line of its own
+        self._file = open_to_append(self.path, newline="")
         self._writer = csv.DictWriter(self._file, fieldnames=self.columns, extrasaction="ignore")
-        self._end_line()
+
+
+def _earlier_header(path: Path) -> list[str]:
+    """The header of the file an earlier run left at ``path``, to append under; ``[]`` when there is
+    none to keep (no file, an empty one, or one without a whole line).
+
+    Raises:
+        ValueError: the header has a column this sink never writes (another program's file).
+    """
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            first = f.readline()
+    except FileNotFoundError:
+        return []
+    except UnicodeDecodeError:
+        first = "\n"  # not text: refused below, by name
+    if not first.endswith("\n"):
+        return []
+    header = next(csv.reader([first]), [])
+    foreign = [c for c in header if c not in _KNOWN and not _COLLECTOR_COLUMN.fullmatch(c)]
+    if not header or foreign or len(set(header)) != len(header):
+        raise ValueError(f"path {str(path)!r} holds a table whose header is not CsvSink's (columns "
+                         f"{', '.join(map(repr, foreign or header)) or 'none'}); give another path, move the file "
+                         "away, or pass append=False to replace it")
+    return header

@@ -1,4 +1,5 @@
-"""What the sinks that own a file share: the path check, ``close()`` and the context manager."""
+"""What the sinks that own a file share: the path check, how a file an earlier run left is taken up,
+``close()`` and the context manager."""
 
 from __future__ import annotations
 
@@ -10,6 +11,14 @@ __all__: list[str] = []
 
 
 class FileSink:
+    """A sink that owns the file at ``path``.
+
+    Every file sink treats a file an earlier run left the same way: with ``append=True`` (the default)
+    it keeps what the file holds and adds to it, so a run restarted after a crash or a kill keeps the
+    earlier attempt's records; when the file ends mid-line (the writer was killed mid-write), the first
+    new line starts on a line of its own. ``append=False`` starts the file afresh.
+    """
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {path!r}")

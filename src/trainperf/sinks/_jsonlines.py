@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-from ..base import check_bool
+from ..base import check_bool, open_to_append
 from ..records import PerformanceRecord, json_line
 from ._file import FileSink
 
@@ -19,7 +18,8 @@ class JsonLinesSink(FileSink):
     readable up to its last complete line (:func:`trainperf.parse_log` skips a cut-off last line).
     The lines are strict JSON: a non-finite figure (a diverging loss) is written as the string
     ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``, which :func:`trainperf.parse_log` reads back as
-    the float it was. Appending to a file whose last line was cut (a crash) starts on a new line.
+    the float it was. A file an earlier run left is appended to (a restarted run keeps the earlier
+    attempt's lines); when its last line was cut (a crash), the new lines start on a line of their own.
 
     Args:
         path: the file; created, or appended to when ``append`` is true.
@@ -31,10 +31,7 @@ class JsonLinesSink(FileSink):
         super().__init__(path)
         append = check_bool("append", append)
         self.fsync = check_bool("fsync", fsync)
-        if append and _ends_mid_line(self.path):
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write("\n")
-        self._file = open(self.path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 - owned
+        self._file = open_to_append(self.path) if append else open(self.path, "w", encoding="utf-8")  # noqa: SIM115
 
     def __call__(self, record: PerformanceRecord) -> None:
         if self._file is None:
@@ -45,15 +42,3 @@ class JsonLinesSink(FileSink):
         if self.fsync:
             os.fsync(self._file.fileno())
 
-
-def _ends_mid_line(path: Path) -> bool:
-    """Whether the file exists and its last byte is not a newline (its writer stopped mid-line)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            if f.tell() == 0:
-                return False
-            f.seek(-1, os.SEEK_END)
-            return f.read(1) != b"\n"
-    except FileNotFoundError:
-        return False
