@@ -532,7 +532,6 @@ def _no_warning():
     def none():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            warnings.filterwarnings("ignore", "trainperf: no dense peak is known for 'cpu'")  # the CPU's one note
             yield
 
     return none()

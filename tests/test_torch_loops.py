@@ -336,7 +336,6 @@ def test_torch_compile_keeps_its_graph_and_the_figures(clock, order):
     opt = CostlySGD(model.parameters(), clock, 0.004)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no Dynamo warning from trainperf
-        warnings.filterwarnings("ignore", "trainperf: no dense peak is known for 'cpu'")  # the one note of the CPU
         warnings.simplefilter("ignore", BottleneckWarning)
         for xb, yb in loader(clock, 0.006, n=20):
             opt.zero_grad()

@@ -21,6 +21,7 @@ def step_flops(
     device_name: str | None = None,
     number_format: str | None = None,
     recomputed: float = 0.0,
+    note: Callable[[str], None] | None = None,
 ) -> StepFlops | None:
     """The FLOPs and peak for later records (``None``: neither is known).
 
@@ -32,6 +33,8 @@ def step_flops(
         device_name, number_format: the device and number format an adapter saw (a device with no
             known peak is said).
         recomputed: FLOPs activation checkpointing re-runs per step (left out of the model's).
+        note: says a note once as a log line, not a warning (``say_once`` when not given): a CPU's
+            missing peak, which no one acts on.
 
     Example:
         >>> notes = []
@@ -45,7 +48,8 @@ def step_flops(
     if given_peak is not None:
         peak = Peak(given_peak, "", "", "given")
     elif peak is None and device_name is not None:
-        say_once(f"no dense peak is known for {device_name!r} in {number_format}: MFU is left out (pass "
+        say = note if note is not None and device_name == "cpu" else say_once
+        say(f"no dense peak is known for {device_name!r} in {number_format}: MFU is left out (pass "
                  "peak_flops= to give one)")
     flops = given if given is not None else per_step
     if recomputed > 0 and given is None and flops is not None:

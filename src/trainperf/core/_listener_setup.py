@@ -128,7 +128,7 @@ class ListenerSetup:
         ``recomputed`` FLOPs (forward passes re-run by activation checkpointing: left out of the
         model's FLOPs that MFU counts)."""
         self._closer.flops = step_flops(self.options, self._notices.once, per_step, peak, device_name=device_name,
-                                        number_format=number_format, recomputed=recomputed)
+                                        number_format=number_format, recomputed=recomputed, note=self._notices.note)
 
     def add_advisor(self, advisor: Advisor) -> None:
         """Register a function that, given a bad verdict's kind, names fixes it can see (adapters use this)."""

@@ -3,10 +3,12 @@ has reached the sinks, and the fixes for a bottleneck (what the adapters can see
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Sequence
 
 from ..records import CUDA_FIXES, DEFAULT_FIXES, Verdict
+from ..sinks.shared import LOGGER_NAME, ensure_visible
 from ._hardware import worker_tips
 
 __all__ = ["BottleneckWarning"]
@@ -43,6 +45,16 @@ class Notices:
         if message not in self._said:
             self._said.add(message)
             self._queued.append(message)
+
+    def note(self, message: str) -> None:
+        """Say ``message`` once per run as a line on the ``trainperf`` logger, at INFO: what the user should
+        know but need not act on (a CPU has no MFU), which a warning would turn into an error under ``-W
+        error``."""
+        if message not in self._said:
+            self._said.add(message)
+            logger = logging.getLogger(LOGGER_NAME)
+            ensure_visible(logger)
+            logger.info("trainperf: %s", message)
 
     def bottleneck(self, verdict: Verdict) -> None:
         """A bad verdict that persists: warned about once per kind, with its fixes, at the next :meth:`say`."""
