@@ -113,7 +113,8 @@ def _run(mutant: Mutant, copy: Path, tests: list[str], timeout: float) -> bool:
     try:
         env = {**os.environ, "PYTHONPATH": str(copy / "src")}
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not realtime", *tests],
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not realtime and not long",
+             *tests],
             cwd=copy, env=env, capture_output=True, timeout=timeout,
         )
         return proc.returncode != 0

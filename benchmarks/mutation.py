@@ -82,7 +82,7 @@ MODULES: dict[str, tuple[str, ...]] = {
                                "tests/test_report.py", "-k", "'not chromium and not html'"),
 }
 
-PYTEST = "-m pytest -x -q -p no:cacheprovider -m 'not realtime'"
+PYTEST = "-m pytest -x -q -p no:cacheprovider -m 'not realtime and not long'"
 
 CONFIG = """[cosmic-ray]
 module-path = "src/trainperf/{module}"

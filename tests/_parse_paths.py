@@ -31,11 +31,11 @@ def same(a: Any, b: Any) -> bool:
 
 
 def assert_agree(by_line: ParsedLog, in_bulk: ParsedLog) -> None:
-    """The two paths read the same rows, columns and values, and give the same DataFrame."""
+    """The two paths read the same rows, columns (in the same order) and values, and give the same DataFrame."""
     import pandas as pd
 
     assert (by_line.rows, by_line.skipped, by_line.truncated) == (in_bulk.rows, in_bulk.skipped, in_bulk.truncated)
-    assert sorted(by_line.columns) == sorted(in_bulk.columns)
+    assert by_line.columns == in_bulk.columns
     for name in by_line.columns:
         left, right = by_line.column(name), in_bulk.column(name)
         assert all(same(x, y) for x, y in zip(left, right, strict=True)), (name, left, right)

@@ -281,13 +281,31 @@ def test_each_collectors_ms_follows_its_count_in_the_order_the_log_names_them():
     assert log.columns == ["iteration", "etl_ms", "gc.young.count", "gc.young.ms", "gc.old.count", "gc.old.ms"]
 
 
-def test_json_and_text_lines_together_name_their_columns_in_the_order_each_line_gives_them():
+def test_json_and_text_lines_together_give_other_columns_then_collectors_in_the_order_the_log_names_them():
     json_line = '{"iteration": 3, "gamma_ms": 4.0, "gc": {"c": {"count": 1, "ms": 2}, "a": {"count": 1, "ms": 2}}}'
     text_line = "ETL: 3 ms; iteration 4; GC: [b: 1 (2ms)], [a: 3 (4ms)];"
     assert trainperf.parse_log([text_line, json_line]).columns == [
-        "iteration", "etl_ms", "gc.b.count", "gc.b.ms", "gc.a.count", "gc.a.ms", "gamma_ms", "gc.c.count", "gc.c.ms"]
+        "iteration", "etl_ms", "gamma_ms", "gc.b.count", "gc.b.ms", "gc.a.count", "gc.a.ms", "gc.c.count", "gc.c.ms"]
     assert trainperf.parse_log([json_line, text_line]).columns == [
         "iteration", "etl_ms", "gamma_ms", "gc.c.count", "gc.c.ms", "gc.a.count", "gc.a.ms", "gc.b.count", "gc.b.ms"]
+
+
+def test_both_paths_give_the_same_columns_in_the_order_of_the_records_fields():
+    """A line's fields in the line's order, the record's other fields in the schema's order (as the CSV
+    sink writes them), names the record does not have as the log first gives them, then collectors."""
+    from _parse_paths import both_paths
+
+    lines = [
+        '{"iteration": 1, "gc": {"gen0": {"count": 1, "ms": 2.0}}, "zeta": 1, "window_s": 0.5, "pid": 7, "etl_ms": 1}',
+        "ETL: 3 ms; iteration 2; iteration time: 9 ms; GC: [old: 1 (2ms)]; epoch: 1;",
+        '{"iteration": 3, "alpha": 2, "timestamp": 1.5, "verdict": {"kind": "fine", "share": 3.0}}',
+    ]
+    expected = ["iteration", "etl_ms", "iteration_ms", "epoch", "verdict", "verdict_pct", "timestamp", "pid",
+                "window_s", "zeta", "alpha", "gc.gen0.count", "gc.gen0.ms", "gc.old.count", "gc.old.ms"]
+    for log in both_paths("\n".join(lines) + "\n"):
+        assert log.columns == expected
+        assert log.to_pandas().columns.tolist() == [*expected, "run"]
+        assert list(next(iter(log))) == expected
 
 
 @pytest.fixture(params=[False, True], ids=["line by line", "in bulk"])

@@ -3,6 +3,7 @@ what is not one; each is read on both paths (line by line, and in bulk), which m
 
 from __future__ import annotations
 
+import io
 import json
 import time
 import tracemalloc
@@ -10,7 +11,7 @@ import tracemalloc
 import pytest
 
 from _parse_paths import read_both
-from trainperf import GCStat, PerformanceRecord, Verdict, format_line
+from trainperf import GCStat, PerformanceRecord, Verdict, format_line, parse_log
 from trainperf.logs._lines import MAX_COLLECTORS, to_float
 
 pytest.importorskip("pandas")
@@ -148,3 +149,52 @@ def test_a_huge_integer_is_no_figure_and_never_overflows():
     log = read_both('{"iteration": 5, "etl_ms": ' + "9" * 400 + "}\n" + "ETL: " + "9" * 400 + " ms; iteration 6;\n")
     assert log.column("iteration") == [5.0, 6.0]
     assert log.column("etl_ms") == [None, None]  # more digits than a float holds: no figure, not infinity
+
+
+
+def full_record(iteration: int, **changes: object) -> PerformanceRecord:
+    """A record with every field a line can hold, a reason with ``;`` and brackets, and a capture after it."""
+    reason = "75% of step waiting for data (workers at 180%; the step got 95% of a core): add workers"
+    return record(
+        iteration, gc=(GCStat("gen0", 2, 1.5), GCStat("cuda_alloc_retries", 1, None)), tokens_per_sec=900.0,
+        tflops_per_sec=1.25, mfu=0.4, iteration_p50_ms=29.0, iteration_p95_ms=41.0, iteration_max_ms=50.0,
+        etl_max_ms=3.0, other_ms=1.0, device_idle_ms=2.5, speedup_if_data_free=1.07, skipped_steps=1, epoch=3,
+        rank=0, warmup=True, verdict=Verdict("input-bound", 75.0, reason), capture="/tmp/trace-10.json",
+        **changes,
+    )
+
+
+def glued(etl: bool, prefix: str, every: int = 1) -> tuple[str, int]:
+    """A log of lines cut after every ``every``-th character (past where a cut line is known as one),
+    each glued to the restarted run's first line and followed by its second; and how many were cut."""
+    changes = {} if etl else {"etl_ms": None}
+    dead, restarted = format_line(full_record(500, **changes)), format_line(full_record(10, **changes))
+    after = format_line(full_record(20, **changes))
+    start = len("ETL: ") if etl else dead.index("iteration 500;")
+    cuts = range(start, len(dead), every)  # a line with all its characters is not cut
+    lines = [line for cut in cuts for line in (prefix + dead[:cut] + prefix + restarted, prefix + after)]
+    return "\n".join(lines) + "\n", len(cuts)
+
+
+def assert_restarted_runs_records(log, cuts: int, etl: bool) -> None:
+    assert log.column("iteration") == [10.0, 20.0] * cuts
+    # a cut line is known by its ``ETL:``; without one, it cannot be told from the line glued to it
+    assert log.truncated == (cuts if etl else 0) and log.skipped == 0
+    for name in ("etl_max_ms", "iteration_p95_ms", "mfu", "verdict_pct", "gc.gen0.ms", "gc.cuda_alloc_retries.count"):
+        assert log.column(name) == log.column(name)[:1] * 2 * cuts, name  # the restarted run's, not the dead one's
+    assert set(log.column("verdict")) == {"input-bound"} and set(log.column("verdict_pct")) == {75.0}
+
+
+@pytest.mark.parametrize("etl", [True, False], ids=["with ETL", "without ETL"])
+@pytest.mark.parametrize("prefix", ["", "2026-11-22 12:00:01 INFO trainperf - "], ids=["bare", "logger prefix"])
+def test_a_line_cut_anywhere_and_glued_to_a_restarted_runs_line_keeps_the_restarted_runs_record(etl, prefix):
+    """A crash cut a line; the restarted run's first line was appended to it with no newline between:
+    wherever the cut fell, the restarted run's record is read and the dead run's is not."""
+    text, cuts = glued(etl, prefix)
+    assert_restarted_runs_records(parse_log(io.StringIO(text)), cuts, etl)
+
+
+@pytest.mark.parametrize("etl", [True, False], ids=["with ETL", "without ETL"])
+def test_lines_cut_and_glued_to_a_restarted_runs_line_read_alike_on_both_paths(etl):
+    text, cuts = glued(etl, "2026-11-22 12:00:01 INFO trainperf - ", every=37)
+    assert_restarted_runs_records(read_both(text), cuts, etl)

@@ -11,6 +11,7 @@ import warnings
 import pytest
 
 import trainperf
+from _pictures import named_lines, panel
 
 pd = pytest.importorskip("pandas")
 
@@ -70,8 +71,7 @@ def test_the_plot_draws_each_rank_apart_without_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fig = trainperf.plot(log)
-    drawn = {line.get_label(): list(line.get_ydata()) for line in fig.axes[1].get_lines()
-             if not line.get_label().startswith("_")}  # the epochs' dashed lines are unnamed
+    drawn = named_lines(panel(fig, "iteration time"))  # the epochs' dashed lines are unnamed
     assert sorted(drawn) == ["mean, rank 0", "mean, rank 1"]
     assert drawn["mean, rank 0"] == [10.0] * 20 and drawn["mean, rank 1"] == [20.0] * 20
 
@@ -80,19 +80,27 @@ def test_the_plot_of_one_rank_and_a_rank_that_is_not_there():
     pytest.importorskip("matplotlib")
     log = trainperf.parse_log(interleaved({0: [5, 10, 15], 1: [5, 10, 15], 2: [5, 10]}))
     fig = trainperf.plot(log, rank=2)
-    assert [list(line.get_xdata()) for line in fig.axes[1].get_lines() if line.get_label() == "mean"] == [[5, 10]]
+    time_panel = panel(fig, "iteration time")
+    assert [list(line.get_xdata()) for line in time_panel.get_lines() if line.get_label() == "mean"] == [[5, 10]]
     with pytest.raises(ValueError, match="rank 7 has no lines to plot: the ranks in the data are 0, 1, 2"):
         trainperf.plot(log, rank=7)
     with pytest.raises(TypeError, match="rank must be an int or None, got '1'"):
         trainperf.plot(log, rank="1")  # type: ignore[arg-type]
 
 
-def test_a_restarted_rank_among_others_is_named_with_its_run():
+def test_a_restarted_ranks_second_run_is_drawn_in_the_second_runs_column_in_its_own_shade():
     pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_rgb
+
     log = trainperf.parse_log(interleaved({0: [5, 10, 5, 10], 1: [5, 10, 15]}, seed=1))
     fig = trainperf.plot(log)
-    labels = sorted(line.get_label() for line in fig.axes[1].get_lines() if not line.get_label().startswith("_"))
-    assert labels == ["mean, rank 0, run 1", "mean, rank 0, run 2", "mean, rank 1"]
+    first, second = panel(fig, "iteration time", 1), panel(fig, "iteration time", 2)
+    assert named_lines(first) == {"mean, rank 0": [10.0, 10.0], "mean, rank 1": [20.0, 20.0, 20.0]}
+    assert named_lines(second) == {"mean, rank 0": [10.0, 10.0]}
+    assert [panel(fig, "where", run).get_title() for run in (1, 2)] == ["run 1", "run 2"]
+    colour = {(run, line.get_label()): to_rgb(line.get_color()) for run, ax in ((1, first), (2, second))
+              for line in ax.get_lines()}
+    assert colour[(1, "mean, rank 0")] == colour[(2, "mean, rank 0")] != colour[(1, "mean, rank 1")]
 
 
 def test_the_cli_plots_one_rank(tmp_path):

@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import trainperf
+from _pictures import assert_drawn, named_lines, panel
 from trainperf import GCStat, MemorySink, PerformanceListener, PerformanceRecord, Verdict, format_line
 from trainperf.logs import _plot
+
+to_rgb = pytest.importorskip("matplotlib.colors").to_rgb
 
 
 def lines(n: int, start: int = 1) -> list[str]:
@@ -43,9 +48,93 @@ def test_a_long_run_is_drawn_as_bucket_means_with_a_band():
     assert "mean of 4 report windows" in fig._suptitle.get_text()
 
 
-def test_several_runs_in_one_log_get_one_line_each():
-    fig = trainperf.plot(trainperf.parse_log(lines(20) + lines(15)))
-    assert [line.get_label() for line in fig.axes[3].get_lines()] == ["samples/sec, run 1", "samples/sec, run 2"]
+def two_runs() -> list[str]:
+    """A log of a run restarted: 8 input-bound windows with a long data wait, then 6 fine ones with a short one."""
+    lines = []
+    for run, (windows, etl, kind) in enumerate([(8, 15.0, "input-bound"), (6, 0.5, "fine")]):
+        for i in range(1, windows + 1):
+            lines.append(format_line(PerformanceRecord(
+                iteration=20 * i, window_iterations=20, window_s=0.4, warmup=i == 1, timestamp=0.0,
+                etl_ms=etl + i / 10, etl_max_ms=2 * etl, iteration_ms=20.0, samples_per_sec=1000.0 * (run + 1) + i,
+                batches_per_sec=50.0, score=2.0 - i / 100, gc=(GCStat("gen0", 1, 2.0),),
+                verdict=Verdict(kind, 75.0 if run == 0 else 3.0, "waiting for data"),
+            )))
+    return lines
+
+
+def test_each_run_of_a_restarted_log_is_drawn_in_a_column_of_its_own():
+    fig = trainperf.plot(trainperf.parse_log(two_runs()))
+    assert {(ax.get_subplotspec().rowspan.start, ax.get_subplotspec().colspan.start) for ax in fig.axes} == {
+        (row, column) for row in range(6) for column in range(2)}
+    assert [panel(fig, "where the time went", run).get_title() for run in (1, 2)] == ["run 1", "run 2"]
+    first, second = panel(fig, "data wait", 1), panel(fig, "data wait", 2)
+    assert named_lines(first)["mean"] == pytest.approx([15.0 + i / 10 for i in range(1, 9)])
+    assert named_lines(second)["mean"] == pytest.approx([0.5 + i / 10 for i in range(1, 7)])
+    assert list(second.get_lines()[0].get_xdata()) == [20 * i for i in range(1, 7)]
+    assert named_lines(panel(fig, "samples/sec", 2))["samples/sec"] == [2000.0 + i for i in range(1, 7)]
+    # the rows share their scale: the second run's lines are inside the limits, from 0
+    assert panel(fig, "samples/sec", 1).get_ylim() == panel(fig, "samples/sec", 2).get_ylim()
+    assert panel(fig, "samples/sec", 2).get_ylim()[1] > 2006 and panel(fig, "samples/sec", 2).get_ylim()[0] == 0
+    # each window's shares: the first run spends about 75% of its time waiting for data, the second 2.5% to 5%
+    waits = [next(c for c in panel(fig, "where the time went", run).collections if c.get_label() == "data wait")
+             for run in (1, 2)]
+    assert [max(path.vertices[:, 1].max() - path.vertices[:, 1].min() for path in w.get_paths()) for w in waits] \
+        == pytest.approx([100 * 15.8 / 20, 100 * 1.1 / 20], abs=0.01)
+
+
+def test_each_part_keeps_its_colour_in_every_panel_and_every_run():
+    """Data wait has one colour: its share, its lines and the shading of input-bound windows, in every
+    run's column; so has GC; and no other line takes a part's colour."""
+    fig = trainperf.plot(trainperf.parse_log(two_runs()))
+    colours = {c.get_label(): to_rgb(c.get_facecolor()[0]) for c in panel(fig, "where", 1).collections}
+    assert sorted(colours) == ["GC", "compute", "data wait", "other host work"] and len(set(colours.values())) == 4
+    wait, gc = colours["data wait"], colours["GC"]
+    for run in (1, 2):
+        assert {c.get_label(): to_rgb(c.get_facecolor()[0]) for c in panel(fig, "where", run).collections} == colours
+        assert {to_rgb(line.get_color()) for line in panel(fig, "data wait", run).get_lines()} == {wait}
+        assert {to_rgb(line.get_color()) for line in panel(fig, "GC pause", run).get_lines()} == {gc}
+        for label in ("iteration time", "samples/sec", "score"):
+            assert not {to_rgb(line.get_color()) for line in panel(fig, label, run).get_lines()} & set(colours.values())
+    # a window bound by its data wait is shaded in the data wait's colour
+    assert {to_rgb(p.get_facecolor()) for p in panel(fig, "iteration time", 1).patches} == {wait, to_rgb("grey")}
+
+
+def test_a_runs_verdict_shading_stays_in_its_own_column():
+    fig = trainperf.plot(trainperf.parse_log(two_runs()))
+    for label in ("iteration time", "data wait", "samples/sec", "score"):
+        first, second = panel(fig, label, 1), panel(fig, label, 2)
+        assert len(first.patches) == 1 + 8  # the warm-up window and the 8 input-bound windows
+        assert [p.get_x() for p in second.patches] == [0.0]  # the warm-up window alone
+        assert max(p.get_x() + p.get_width() for p in first.patches) == 160
+    assert "shading: the window's verdict" in fig._suptitle.get_text()
+
+
+def test_plot_run_draws_that_run_alone_and_a_run_not_there_is_named():
+    log = trainperf.parse_log(two_runs())
+    fig = trainperf.plot(log, run=2)
+    assert len(fig.axes) == 6 and fig.axes[0].get_title() == "run 2 of 2"
+    assert named_lines(panel(fig, "data wait"))["mean"] == pytest.approx([0.5 + i / 10 for i in range(1, 7)])
+    assert "shading" not in fig._suptitle.get_text()  # the second run has no window to shade
+    with pytest.raises(ValueError, match="run 3 has no lines to plot: the data holds runs 1 to 2"):
+        trainperf.plot(log, run=3)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=re.escape(f"run must be 1 or more (run 1 is the first), got {bad}")):
+            trainperf.plot(log, run=bad)
+    for bad in (True, 1.0, "1"):
+        with pytest.raises(TypeError, match=re.escape(f"run must be an int or None, got {bad!r}")):
+            trainperf.plot(log, run=bad)
+
+
+def test_the_cli_draws_one_run_and_names_a_run_that_is_not_there(tmp_path, capsys):
+    from trainperf.cli import _main as _cli
+
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(two_runs()) + "\n")
+    assert _cli.main(["plot", str(log), "-o", str(tmp_path / "run2.png"), "--run", "2"]) == 0
+    assert_drawn(tmp_path / "run2.png")
+    assert _cli.main(["plot", str(log), "-o", str(tmp_path / "x.png"), "--run", "3"]) == 2
+    assert "run 3 has no lines to plot: the data holds runs 1 to 2" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_plot_of_a_listener_and_of_nothing(clock):

@@ -92,7 +92,7 @@ def _plot(args: argparse.Namespace) -> int:
         data = _read_log(args.log)
         if not len(data):
             raise ValueError(f"{args.log}: no listener lines found ({counted(data.skipped, 'other line')})")
-    fig = plot(data, title=args.title, rank=args.rank)
+    fig = plot(data, title=args.title, rank=args.rank, run=args.run)
     _write(out, lambda f: fig.savefig(f, format=suffix[1:], dpi=args.dpi), binary=True)
     print(f"wrote {out}", file=sys.stderr)
     return 0
@@ -311,6 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--dpi", type=_dpi, default=110, help="resolution of a .png (default 110, at most 1200)")
     plot.add_argument("--rank", type=_non_negative_int, help="draw only this rank's lines (a log of several ranks "
                       "draws each apart by default)")
+    plot.add_argument("--run", type=_positive_int, help="draw only this run, 1 for the first (a log that holds "
+                      "restarts draws each run in a column of its own by default)")
     plot.set_defaults(func=_plot)
     add_report_command(command)
     return parser

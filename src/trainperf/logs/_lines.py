@@ -52,22 +52,32 @@ def _optional(f: LineField) -> str:
     return f"(?: {re.escape(f.label)}{value}{re.escape(f.unit)};)?"
 
 
+def _free_text(excluded: str = "") -> str:
+    """A pattern for a field's free text: anything on its line but ``excluded`` and the start of
+    another listener line (``ETL: ``, or ``iteration N;`` where lines have no ``ETL``). Such a start
+    is a restarted run's line glued to the line that its crashed run left cut, never part of a field:
+    the cut line's fields end there, so the cut line is no record and the restarted one is read.
+    Written as runs of plain characters between the letters that may start a line, so that it gives
+    back one character at a time, never tries every way to split a run."""
+    plain = rf"[^\n{re.escape(excluded)}Ei]*"
+    return rf"{plain}(?:(?:E(?!TL: )|i(?!teration \d+;)){plain})*"
+
+
 _ETL, _ITERATION, *_DL4J_REST = DL4J_FIELDS
 # Every field but ``iteration N`` is optional, as either listener leaves out what it was told
 # not to report.
 _BODY = (
     rf"{re.escape(_ITERATION.label)}(\d+);"
     + "".join(map(_optional, _DL4J_REST))
-    # (a collector's bracket never holds ``ETL: ``: that is the next line, glued to a cut one)
-    + rf"(?: GC: ((?:\[(?:[^\]\nE]|E(?!TL: ))*\](?:, )?){{0,{MAX_COLLECTORS}}}+);)?"
+    + rf"(?: GC: ((?:\[{_free_text(']')}\](?:, )?){{0,{MAX_COLLECTORS}}}+);)?"
     + "".join(map(_optional, TRAINPERF_FIELDS))
     + r"( warm-up;)?"
-    + r"(?: verdict: ([\w-]+) \((?:(\d+(?:\.\d+)?)%)?[^\n]*\);)?"
+    + rf"(?: verdict: ([\w-]+) \((?:(\d+(?:\.\d+)?)%)?{_free_text()}\);)?"
     # Fields added after these are tolerated when they have a field's shape, ``label: value;``, so
     # that a line is a record only when everything after ``iteration N;`` is fields: another
     # logger's ``iteration 500; loss 0.2;`` is not one, and neither is a listener line that a
     # logger prefix holds (the real line's ``iteration N;`` that follows is not such a field).
-    + r"(?: (?!GC: )[^;\n:]+: [^;\n]*;)*+"
+    + rf"(?: (?!GC: )[^;\n:]+: {_free_text(';')};)*+"
     + r"[ \t\r]*(?=\n|\Z)"  # a line is whole when it ends with the ``;`` after its last field
 )
 # The fast pattern starts with a literal, which the engine finds with a plain substring search, so

@@ -12,7 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any
 
-from ..records import PerformanceRecord
+from ..records import PerformanceRecord, flat_columns
 from ._lines import (
     COLUMNS,
     CUT_LINE,
@@ -150,21 +150,28 @@ def run_numbers(iterations: Sequence[float], ranks: Sequence[float | None] | Non
 
 
 def _finish(frame: Any) -> Any:
-    """Columns in their documented order (collectors in the order the log first names them, each
-    count before its ms), whole numbers as integers where none is missing, ``warmup`` as bool."""
+    """Columns in their documented order (see :func:`ordered_columns`), whole numbers as integers where
+    none is missing, ``warmup`` as bool. Whether each whole-number column fits is found for all of
+    them at once: a JSON log has dozens."""
+    import numpy as np
+
     frame = frame.reindex(columns=ordered_columns([str(c) for c in frame.columns]))
     if "warmup" in frame:
         frame["warmup"] = frame["warmup"].eq(True)
-    for name in [*WHOLE_NUMBERS, *(c for c in frame.columns if _is_gc_column(c) and c.endswith(".count"))]:
-        if name in frame:
-            # Through a float first, as the line patterns read every number: beyond 2**53 both
-            # readers then give the same (nearest) whole number.
-            column = frame[name].astype("float64")
-            # none missing, none too big, and no fraction (kept as written, never cut to a whole number)
-            if len(frame) and column.abs().lt(2.0**63).all() and column.eq(column.round()).all():
-                frame[name] = column.astype("int64")
-            else:
-                frame[name] = column
+    whole = [c for c in frame.columns if c in _WHOLE_NUMBERS or (_is_gc_column(c) and c.endswith(".count"))]
+    if not whole:
+        return frame
+    # Through a float first, as the line patterns read every number: beyond 2**53 both readers then
+    # give the same (nearest) whole number.
+    values = frame[whole].to_numpy(dtype=np.float64)
+    # none missing, none too big, and no fraction (kept as written, never cut to a whole number)
+    with np.errstate(invalid="ignore"):
+        fits = (np.abs(values) < 2.0**63).all(axis=0) & (values == np.round(values)).all(axis=0) & (len(frame) > 0)
+    for i, name in enumerate(whole):
+        if fits[i]:
+            frame[name] = values[:, i].astype(np.int64)
+        elif frame[name].dtype != np.float64:
+            frame[name] = values[:, i]
     return frame
 
 
@@ -173,14 +180,23 @@ def _finish(frame: Any) -> Any:
 WHOLE_NUMBERS = tuple(dict.fromkeys([
     *INTEGER_COLUMNS, *(f.name for f in fields(PerformanceRecord) if f.type in ("int", "int | None")),
 ]))
+_WHOLE_NUMBERS = frozenset(WHOLE_NUMBERS)
+
+
+#: The columns a record gives, in the order :func:`parse_log` gives them: a line's fields in the line's
+#: order, then the record's other fields (JSON lines) in the schema's order, as the CSV sink writes them.
+RECORD_COLUMNS = (*COLUMNS, *(name for name in flat_columns() if name not in COLUMNS))
+_RECORD_COLUMNS = frozenset(RECORD_COLUMNS)
 
 
 def ordered_columns(columns: list[str]) -> list[str]:
-    """``columns`` in their documented order: the fixed ones, the others, then each collector's count
-    and ms (both, even where the log names only one), collectors in the order the log first names them."""
+    """``columns`` in the order both readers give them: :data:`RECORD_COLUMNS`, names the record does
+    not have (in the order of ``columns``, the order the log first gives them), then each collector's
+    count and ms (both, even where the log names only one), collectors in the order the log first names them."""
+    present = set(columns)
     collectors = {column[3 : column.rfind(".")]: None for column in columns if _is_gc_column(column)}
-    names = [c for c in COLUMNS if c in columns]
-    names += [c for c in columns if c not in COLUMNS and not _is_gc_column(c)]
+    names = [c for c in RECORD_COLUMNS if c in present]
+    names += [c for c in columns if c not in _RECORD_COLUMNS and not _is_gc_column(c)]
     for name in collectors:  # both readers give them in the order the log names them
         names += [f"gc.{name}.count", f"gc.{name}.ms"]
     return names
@@ -261,11 +277,13 @@ def parse_log(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> Parse
     writer crashed) is skipped and counted in :attr:`ParsedLog.truncated`. Nothing in the text
     makes it raise.
 
-    Columns: ``iteration``, ``etl_ms``, ``iteration_ms``, ``samples_per_sec``, ``batches_per_sec``,
-    ``score``, ``device``, then trainperf's ``iteration_p50_ms``, ``iteration_p95_ms``,
-    ``iteration_max_ms``, ``etl_max_ms``, ``epoch``, ``rank``, ``warmup``, ``verdict``,
-    ``verdict_pct`` (each only when some line has it), and ``gc.<name>.count`` / ``gc.<name>.ms``
-    per collector.
+    Columns, each only when some line has it, in this order whichever reader reads the log (line by
+    line, or in bulk for large logs): ``iteration``, ``etl_ms``, ``iteration_ms``,
+    ``samples_per_sec``, ``batches_per_sec``, ``score``, ``device``, then trainperf's fields in its
+    line's order (``iteration_p95_ms``, ``epoch``, ``rank``, ...), ``warmup``, ``verdict``,
+    ``verdict_pct``; a JSON line's other record fields in the schema's order (as the CSV sink writes
+    them); other names in the order the log first gives them; and ``gc.<name>.count`` /
+    ``gc.<name>.ms`` per collector, in the order the log first names them.
 
     Args:
         source: a path, a text or binary file object, or an iterable of lines.
@@ -326,7 +344,9 @@ def _parse(source: str | os.PathLike[str] | IO[Any] | Iterable[str]) -> ParsedLo
         truncated += json_rows.cut
         text_rows = scan_lines(rest, numbered=True)
         rows = _merge(json_rows, json_rows.lines or [], text_rows, [rest_lines[i] for i in text_rows.lines or []])
-    return ParsedLog(_as_named(rows), skipped=lines - rows.rows, truncated=truncated)
+    rows = _as_named(rows)
+    in_order = {name: rows.raw[name] for name in ordered_columns(list(rows.raw)) if name in rows.raw}
+    return ParsedLog(TextRows(raw=in_order, rows=rows.rows), skipped=lines - rows.rows, truncated=truncated)
 
 
 def _is_utf16(path: Path) -> bool:
