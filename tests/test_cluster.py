@@ -22,6 +22,7 @@ from _ranks import end_rank, free_port, run_forked  # noqa: E402
 
 pytestmark = [
     pytest.mark.realtime,
+    pytest.mark.integration,  # whole multi-process runs: the integration command
     pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
 ]
 

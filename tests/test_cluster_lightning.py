@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("pytorch_lightning")
 
-pytestmark = pytest.mark.realtime
+pytestmark = [pytest.mark.realtime, pytest.mark.integration]  # Lightning's DDP launches: the integration command
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

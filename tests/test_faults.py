@@ -16,6 +16,7 @@ from _faults import EXPECTED, Plan, Scenario, judge, run, share  # noqa: E402
 
 pytestmark = [
     pytest.mark.realtime,
+    pytest.mark.integration,  # whole multi-process runs: the integration command
     pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
 ]
 

@@ -210,6 +210,7 @@ def _check_real_ranks(wrap: str, tmp_path) -> None:
 
 @pytest.mark.parametrize("wrap", ["fsdp2", "fsdp1"])
 @pytest.mark.realtime
+@pytest.mark.integration
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 def test_three_fsdp_ranks_name_a_slow_data_host_or_gc_rank_and_no_innocent_one(wrap, tmp_path):
     """FSDP2 (``fully_shard`` per layer, then the model) and FSDP1 (``FullyShardedDataParallel``) run on
