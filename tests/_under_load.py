@@ -4,7 +4,7 @@ Starts ``--busy`` processes that spin on the CPU for the whole run, then runs py
 arguments after ``--`` (by default the real-time tests), and prints each run's outcome and every test that failed
 in any run. Exit status 0 only when every run passed.
 
-    python tests/_under_load.py --busy 4 --runs 5 -- -m realtime -x -q
+    python tests/_under_load.py --busy 4 --runs 5 -- -m "realtime and not integration and not long" -q
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(ours)
     if options.busy < 0 or options.runs < 1:
         parser.error(f"--busy must be >= 0 and --runs >= 1, got {options.busy} and {options.runs}")
-    pytest_args = pytest_args or ["-m", "realtime", "-q"]
+    pytest_args = pytest_args or ["-m", "realtime and not integration and not long", "-q"]
     spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(options.busy)]
     for p in spinners:
         p.start()
