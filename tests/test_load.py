@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from trainperf.ranks._report._load import Clock, load_run, num, read_objects, read_rank
+from trainperf.ranks._report._load import Clock, load_run, read_rank
+from trainperf.ranks._report._read import num, objects
 
 
 def write(folder, name, lines):
@@ -20,10 +21,10 @@ def test_num_takes_finite_numbers_only():
     assert [num(v) for v in (2, 2.5, True, "3", None, math.nan, math.inf)] == [2.0, 2.5, None, None, None, None, None]
 
 
-def test_read_objects_counts_what_is_not_an_object(tmp_path):
+def test_objects_are_read_one_at_a_time_and_what_is_not_one_is_none(tmp_path):
     write(tmp_path, "e.jsonl", [{"a": 1}, "[1, 2]", "{cut", "", {"b": 2}])
-    assert read_objects(tmp_path / "e.jsonl") == ([{"a": 1}, {"b": 2}], 2)
-    assert read_objects(tmp_path / "missing.jsonl") == ([], 0)
+    assert list(objects(tmp_path / "e.jsonl")) == [{"a": 1}, None, None, {"b": 2}]
+    assert list(objects(tmp_path / "missing.jsonl")) == []
 
 
 def test_offsets_between_estimates_are_interpolated_and_held_outside():
@@ -108,7 +109,8 @@ def test_a_rank_moves_onto_rank_0s_clock(tmp_path):
     write(r1, "timeline.jsonl", [{"i": 1, "ph": "data", "t": 15.0, "d": 0.1}])
     write(r1, "clock.jsonl", [{"t": 10.0, "offset_s": 1.0, "status": "aligned"},
                               {"t": 20.0, "offset_s": 3.0, "status": "aligned"}])
-    write(r1, "events.jsonl", [{"t": 20.0, "kind": "silent", "last_seen": 10.0}, {"t": "x", "kind": "odd"}])
+    write(r1, "events.jsonl", [{"t": 20.0, "kind": "silent", "rank": 3, "last_seen": 10.0},
+                               {"t": "x", "kind": "odd"}])
     steady = tmp_path / "rank-0"
     write(steady, "windows.jsonl", [{"iteration": 1, "window_iterations": 1, "timestamp": 15.0}])
     write(steady, "timeline.jsonl", [{"i": 1, "ph": "data", "t": 15.0, "d": 0.1}])
@@ -116,23 +118,25 @@ def test_a_rank_moves_onto_rank_0s_clock(tmp_path):
                                   {"t": 20.0, "offset_s": 0.5, "status": "aligned"}])
     (tmp_path / "rank-2").write_text("a file, not a folder")
     (tmp_path / "notes").mkdir()
-    ranks = load_run(tmp_path)
-    assert [r.rank for r in ranks] == [0, 1]
+    run = load_run(tmp_path)
+    ranks = run.ranks
+    assert [r.rank for r in ranks] == [0, 1] and run.ignored == [("rank-2", "not a folder")]
     zero, one = ranks
     assert zero.windows["timestamp"][0] == 15.5 and zero.span_t[0] == 15.5  # a constant offset
     assert one.windows["timestamp"][0] == 17.0 and one.span_t[0] == 17.0  # 15 s: halfway, +2 s
     assert (one.meta["started"], one.meta["ended"]) == (11.0, 33.0)
-    assert one.events[0]["t"] == 23.0 and one.events[0]["last_seen"] == 11.0 and one.events[1]["t"] == "x"
+    assert one.events == [{"kind": "silent", "rank": 3, "t": 23.0, "last_seen": 11.0}]  # no other kind is kept
 
 
 def test_a_folder_without_ranks_is_refused(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist or is not a folder"):
         load_run(tmp_path / "nope")
     (tmp_path / "rank-x").mkdir()
-    with pytest.raises(ValueError, match="holds no rank-<r> folder"):
+    with pytest.raises(ValueError, match=r"holds no rank-<r> folder: not a trainperf run directory; 'rank-x' left "
+                                         r"out: not rank-<number> \(digits 0-9\)$"):
         load_run(tmp_path)
-    (tmp_path / "rank-12345678").mkdir()  # more digits than a rank has
-    with pytest.raises(ValueError):
+    (tmp_path / "rank-2147483648").mkdir()  # beyond the ranks torch.distributed numbers
+    with pytest.raises(ValueError, match="'rank-2147483648' left out: beyond rank 2147483647"):
         load_run(tmp_path)
 
 
@@ -166,3 +170,17 @@ def test_an_unknown_clock_estimate_is_no_estimate(tmp_path):
     write(tmp_path, "clock.jsonl", [{"t": 10.0, "offset_s": 1.0, "status": "unknown"}])
     clock = read_rank(tmp_path, 0).clock
     assert (clock.times, clock.status) == ([], "unknown")
+
+
+def test_events_keep_the_first_silent_word_per_rank_named_up_to_the_runs_budget(tmp_path, monkeypatch):
+    from trainperf.ranks._report import _load
+
+    monkeypatch.setattr(_load, "MAX_SILENT", 3)
+    silent = [{"kind": "silent", "rank": r, "t": 5.0 + r, "last_seen": 1.0 + k} for k in (0, 1) for r in (2, 3, 4)]
+    write(tmp_path / "rank-0", "events.jsonl", [*silent, {"kind": "cluster", "line": "x" * 1000},
+                                               {"kind": "silent", "rank": True, "t": 1.0}])
+    write(tmp_path / "rank-1", "events.jsonl", [{"kind": "silent", "rank": 9, "t": 9.0}])
+    zero, one = load_run(tmp_path).ranks
+    assert [(e["rank"], e["last_seen"]) for e in zero.events] == [(2, 1.0), (3, 1.0), (4, 1.0)]
+    assert zero.skipped["events"] == 1  # the rank that is a bool; the cluster line is valid, not the report's
+    assert one.events == []  # the run's budget is spent

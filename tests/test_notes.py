@@ -16,13 +16,22 @@ def test_a_clean_run_has_no_note():
     assert read_notes({"ranks": [rank(0, attempts_total=0, window_stride=None)], "missing_ranks_total": 0}) == []
 
 
-def test_missing_ranks_are_listed_and_the_rest_counted():
-    report = {"ranks": [rank(150)], "missing_ranks": list(range(50)), "missing_ranks_total": 120}
-    assert read_notes(report) == ["120 ranks without a folder: " + ", ".join(map(str, range(50))) + " and 70 more"]
-    report = {"ranks": [rank(3)], "missing_ranks": [0, 1, 2], "missing_ranks_total": 3}
-    assert read_notes(report) == ["3 ranks without a folder: 0, 1, 2"]
-    report = {"ranks": [rank(1)], "missing_ranks": [0], "missing_ranks_total": 1}
-    assert read_notes(report) == ["1 rank without a folder: 0"]
+def test_missing_ranks_are_listed_as_ranges_and_the_rest_counted():
+    twenty = [[4 * k, 4 * k + 1] for k in range(20)]  # as many ranges as the report lists; 40 ranks
+    report = {"ranks": [rank(150)], "missing_ranks": twenty, "missing_ranks_total": 120}
+    assert read_notes(report) == ["ranks " + ", ".join(f"{a}-{b}" for a, b in twenty) + " and 80 more absent "
+                                  "(120 ranks without a folder)"]
+    report = {"ranks": [rank(3)], "missing_ranks": [[0, 2]], "missing_ranks_total": 3}
+    assert read_notes(report) == ["ranks 0-2 absent (3 ranks without a folder)"]
+    report = {"ranks": [rank(1)], "missing_ranks": [[0, 0]], "missing_ranks_total": 1}
+    assert read_notes(report) == ["rank 0 absent (1 rank without a folder)"]
+
+
+def test_folders_left_out_are_named_with_why_and_the_rest_counted():
+    report = {"ranks": [rank(0)], "ignored_folders": [{"name": "rank-x\n", "why": "not rank-<number> (digits 0-9)"}],
+              "ignored_folders_total": 3}
+    assert read_notes(report) == ["folder 'rank-x\\n' left out: not rank-<number> (digits 0-9)",
+                                  "2 more folders named like a rank left out"]
 
 
 def test_each_rank_note_in_order():
@@ -53,14 +62,14 @@ def test_one_run_and_a_stride_of_one_say_nothing():
 
 
 def test_untimed_collectives_come_first_one_line_per_reason_with_their_ranks():
-    report = {"ranks": [rank(0)], "missing_ranks": [3], "missing_ranks_total": 1,
+    report = {"ranks": [rank(0)], "missing_ranks": [[3, 3]], "missing_ranks_total": 1,
               "collectives_untimed": [{"why": "FSDP2: fully_shard", "ranks": [0, 1, 2]},
                                       {"why": "FSDP: FullyShardedDataParallel", "ranks": [4]}]}
     tail = ("stragglers are named only from what precedes the collectives (data wait, host time after the step, "
             "GC); a late forward pass, backward pass or optimizer step names no rank")
     assert read_notes(report) == [f"collectives not timed (FSDP2: fully_shard) on ranks 0-2: {tail}",
                                   f"collectives not timed (FSDP: FullyShardedDataParallel) on rank 4: {tail}",
-                                  "1 rank without a folder: 3"]
+                                  "rank 3 absent (1 rank without a folder)"]
 
 
 def test_ranks_are_named_as_ranges_and_past_twenty_ranges_counted():

@@ -15,7 +15,7 @@ from conftest import FakeClock
 from trainperf import PerformanceListener, run_dir_files, write_run_dir_files
 from trainperf.ranks import build_report
 from trainperf.ranks._layout import EVENTS, RANK_FILES
-from trainperf.ranks._report import _analyse, write_report
+from trainperf.ranks._report import _load, write_report
 from trainperf.ranks._report._html import _trace_href
 from trainperf.ranks._report._notes import read_notes
 
@@ -201,13 +201,25 @@ def test_a_captures_time_moves_onto_rank_0s_clock(run):
 
 
 def test_past_the_limit_captures_are_counted_not_listed(run, tmp_path, monkeypatch):
-    monkeypatch.setattr(_analyse, "MAX_CAPTURES", 2)
+    monkeypatch.setattr(_load, "MAX_CAPTURES", 2)
     add_events(run, 1, *(capture(first_iteration=92 + k, last_iteration=94 + k) for k in range(3)))
     report = build_report(run)
     assert len(report["captures"]) == 2 and report["captures_total"] == 3
     out = tmp_path / "report.html"
     write_report(run, out, "html")
     assert "1 more capture not listed." in out.read_text()
+
+
+def test_the_captures_kept_are_the_first_the_report_lists_whatever_the_files_order(run, monkeypatch):
+    """Only as many captures as the report lists are held, over all ranks: a file of any number costs no more."""
+    monkeypatch.setattr(_load, "MAX_CAPTURES", 3)
+    add_events(run, 1, *(capture(trigger_first_iteration=i - 9, trigger_last_iteration=i, first_iteration=i + 2,
+                                 last_iteration=i + 4) for i in (90, 30, 70, 50, 10)))  # not in order
+    add_events(run, 0, capture(rank=0), capture(rank=0, trigger_first_iteration=1, trigger_last_iteration=10))
+    report = build_report(run)
+    assert [(c["rank"], c["trigger_last_iteration"]) for c in report["captures"]] == [(0, 10), (0, 90), (1, 10)]
+    assert report["captures_total"] == 7
+    assert [len(r.captures) for r in _load.load_run(run).ranks] == [2, 1]
 
 
 def test_trace_links_never_become_another_scheme():

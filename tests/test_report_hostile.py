@@ -115,13 +115,13 @@ def test_missing_ranks_are_named_and_a_duplicate_folder_is_named_not_read(run, t
         f.write("garbage\n")
     report = build_report(run)
     assert [r["rank"] for r in report["ranks"]] == [0, 1, 5, 99]
-    assert report["missing_ranks_total"] == 96 and report["missing_ranks"][:4] == [2, 3, 4, 6]
+    assert report["missing_ranks_total"] == 96 and report["missing_ranks"] == [[2, 4], [6, 98]]
     assert report["ranks"][1]["folder"] == "rank-1" and report["ranks"][1]["duplicates"] == ["rank-01"]
     assert report["ranks"][1]["skipped"]["windows"] == 0  # rank-01's garbage was not read
     from trainperf.ranks._report._notes import read_notes
 
     notes = read_notes(report)
-    assert notes[0].startswith("96 ranks without a folder: 2, 3, 4, 6, 7")
+    assert notes[0] == "ranks 2-4, 6-98 absent (96 ranks without a folder)"
     assert "rank 1: folder rank-01 names the same rank as rank-1; only rank-1 was read" in notes
 
 
@@ -169,7 +169,7 @@ def test_past_the_runs_budget_windows_are_sampled_over_the_whole_run_and_spans_c
     monkeypatch.setattr(_load, "MIN_WINDOWS_PER_RANK", 3)
     monkeypatch.setattr(_load, "RUN_SPANS", 10)
     monkeypatch.setattr(_load, "MIN_SPANS_PER_RANK", 5)
-    ranks = _load.load_run(run)
+    ranks = _load.load_run(run).ranks
     for rank in ranks:  # 4 windows each (iterations 2, 4, 6, 8): the 3rd made it drop every other one
         assert rank.window_stride == 2 and list(rank.windows["iteration"]) == [2.0, 6.0]
         assert len(rank.span_t) == 5 and rank.spans_not_read > 0
@@ -178,3 +178,54 @@ def test_past_the_runs_budget_windows_are_sampled_over_the_whole_run_and_spans_c
     assert "rank 1: more windows than the report holds; one in 2 was read, over the whole run" in notes
     assert any(n.startswith("rank 0: ") and "of the timeline beyond what the report holds were not read" in n
                for n in notes)
+
+
+def test_an_empty_folder_of_a_far_rank_costs_nothing_per_absent_rank(run):
+    """``rank-9999999`` beside ranks 0 and 1: the ranks between are one range, never a list of them."""
+    import tracemalloc
+
+    from trainperf.ranks._report._notes import read_notes
+
+    (run / "rank-9999999").mkdir()
+    tracemalloc.start()
+    try:
+        report = build_report(run)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20e6, f"{peak / 1e6:.0f} MB"
+    assert report["missing_ranks"] == [[2, 9999998]] and report["missing_ranks_total"] == 9_999_997
+    assert "ranks 2-9999998 absent (9,999,997 ranks without a folder)" in read_notes(report)
+
+
+def test_every_folder_named_like_a_rank_that_is_left_out_is_said_with_why(run):
+    from trainperf.ranks._report._notes import read_notes
+
+    for name in ("rank-99999999", "rank-2147483648", "rank-x1", "rank-\u0663", "rank-", "rank-1 "):
+        (run / name).mkdir()
+    (run / "rank-7").write_text("a file")
+    report = build_report(run)
+    assert [r["rank"] for r in report["ranks"]] == [0, 1, 99999999]  # eight digits are a rank like any other
+    why = {f["name"]: f["why"] for f in report["ignored_folders"]}
+    assert why == {"rank-2147483648": "beyond rank 2147483647, the largest torch.distributed numbers",
+                   "rank-x1": "not rank-<number> (digits 0-9)", "rank-\u0663": "not rank-<number> (digits 0-9)",
+                   "rank-": "not rank-<number> (digits 0-9)", "rank-1 ": "not rank-<number> (digits 0-9)",
+                   "rank-7": "not a folder"}
+    assert report["ignored_folders_total"] == 6
+    notes = read_notes(report)
+    assert "folder 'rank-2147483648' left out: beyond rank 2147483647, the largest torch.distributed numbers" in notes
+    assert "folder 'rank-7' left out: not a folder" in notes
+    assert "ranks 2-99999998 absent (99,999,997 ranks without a folder)" in notes
+
+
+def test_lone_surrogates_in_the_meta_data_do_not_stop_the_page(run, tmp_path, capsys):
+    """JSON can hold a lone surrogate (``"\\ud800"``); UTF-8 cannot write one: it becomes ``?``."""
+    from trainperf.cli import main
+
+    meta = json.loads((run / "rank-0" / "meta.json").read_text())
+    meta.update(host="node\ud800", run_name="\udcff", collectives_untimed="FSDP\ud800")
+    (run / "rank-0" / "meta.json").write_text(json.dumps(meta))
+    assert main(["report", str(run), "-o", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "trainperf report: ?" in page and "<td>node?</td>" in page
+    assert "collectives not timed (FSDP?) on rank 0" in capsys.readouterr().err

@@ -6,7 +6,8 @@ import pytest
 
 from _simulate import BASE, run_dir_sink, simulate
 from trainperf import PerformanceListener, PerformanceRecord, RunDirSink
-from trainperf.ranks._report._load import load_run, read_objects
+from trainperf.ranks._report._load import load_run
+from trainperf.ranks._report._read import objects
 
 
 def lines(path):
@@ -155,9 +156,9 @@ def test_readers_skip_cut_and_hostile_lines(tmp_path):
         f.write('{"i": 41, "ph": "<script>", "t": 1, "d": 1}\n{"i": 41, "ph": "data", "t": "x", "d": 1}\nnull\n{"i": 4')
     (rank1 / "clock.jsonl").write_text('{"t": 1, "offset_s": 1e999, "status": "aligned"}\n{"t": "x"}\n')
     (tmp_path / "rank-0" / "meta.json").write_text("[not json")
-    objects, skipped = read_objects(rank1 / "windows.jsonl")
-    assert skipped == 3 and len(objects) == 6  # 4 windows, a bad iteration, and the one with bad figures
-    ranks = load_run(tmp_path)
+    read = list(objects(rank1 / "windows.jsonl"))
+    assert read.count(None) == 3 and len(read) == 9  # 4 windows, a bad iteration, and the one with bad figures
+    ranks = load_run(tmp_path).ranks
     assert [r.rank for r in ranks] == [0, 1]
     assert ranks[1].n_windows == 5 and ranks[1].skipped["windows"] == 4
     assert ranks[1].skipped["timeline"] == 4 and ranks[1].clock.status == "unknown"
@@ -201,7 +202,7 @@ def test_untimed_collectives_are_written_to_the_meta_data_at_once_and_kept_at_cl
     sink.close()
     meta = json.loads((tmp_path / "rank-1" / "meta.json").read_text())
     assert meta["collectives_untimed"] == "FSDP2: fully_shard" and meta["ended"] == BASE
-    assert load_run(tmp_path)[0].meta["collectives_untimed"] == "FSDP2: fully_shard"
+    assert load_run(tmp_path).ranks[0].meta["collectives_untimed"] == "FSDP2: fully_shard"
 
 
 def test_a_line_cut_by_a_crash_does_not_glue_to_the_next_runs_first_line(tmp_path):

@@ -59,7 +59,29 @@ def test_bottlenecks_come_largest_first_with_their_fixes_once():
     assert all(len(b.fixes) == FIXES_PER_BOTTLENECK for b in s.bottlenecks)
     assert s.recommendations[:3] == ("gc-bound fix 0", "gc-bound fix 1", "gc-bound fix 2")
     assert len(s.recommendations) == len(set(s.recommendations)) == 9
-    assert "gc-bound: 30% of the time, 0 window(s) judged so; fixes:" in str(s)
+    assert ("gc-bound over the run: 30% of the time in garbage collection, above the 5% line for a whole run "
+            "(half the 10% that makes a window gc-bound); fixes:") in str(s)  # no window judged: none to count
+
+
+def test_a_bottleneck_of_the_run_says_why_it_is_one_in_words():
+    """Listed from the run's share although every window was fine: the text says so, not "0 window(s)"."""
+    quiet = str(summary(etl_s=1.5, verdict_counts={"fine": 11}))
+    assert ("input-bound over the run: 15% of the time waiting for data, above the 10% line for a whole run "
+            "(half the 20% that makes a window input-bound), though no single window passed it; fixes:") in quiet
+    assert "window(s)" not in quiet
+    some = str(summary(etl_s=1.5, verdict_counts={"fine": 9, "input-bound": 2}))
+    assert "though only 2 of 11 windows passed it; fixes:" in some
+    persisted = str(summary(verdict_counts={"fine": 7, "input-bound": 3}))
+    assert "input-bound: judged so in 3 of 10 windows (0% of the time waiting for data); fixes:" in persisted
+    contention = str(summary(verdict_counts={"fine": 2, "cpu-contention": 6}))
+    assert "cpu-contention: judged so in 6 of 8 windows; fixes:" in contention
+
+
+def test_an_mfu_above_100_percent_is_flagged_in_the_summary():
+    over = str(summary(flops=1.105e12, flops_wall_s=1.0, peak_flop_s=1e12))
+    assert ("MFU 110.5% (above 100%: the peak FLOP/s is likely wrong (too low for the device) or the FLOP count "
+            "per step too high)") in over
+    assert "above 100%" not in str(summary(flops=0.5e12, flops_wall_s=1.0, peak_flop_s=1e12))
 
 
 def test_thresholds_move_the_lines():
@@ -122,6 +144,7 @@ def test_the_shares_of_an_empty_run_and_the_dict():
     assert (empty.etl_pct, empty.compute_pct, empty.gc_pct, empty.other_pct) == (0.0, 0.0, 0.0, 0.0)
     d = summary(etl_s=2.0, gc_s=1.0, other_s=3.0, verdict_counts={"input-bound": 4}).to_dict()
     assert (d["etl_pct"], d["gc_pct"], d["other_pct"], d["compute_pct"]) == pytest.approx((20.0, 10.0, 30.0, 40.0))
+    assert d["bottlenecks"][0]["line"] == 10.0  # half the 20% a window needs
     assert d["bottlenecks"][0]["kind"] == "loop-bound" and d["speedup_if_data_free"] == pytest.approx(1.25)
     assert d["speedup_if_gc_free"] == pytest.approx(10.0 / 9.0) and d["samples_per_sec"] == pytest.approx(800.0)
     assert summary(etl_s=11.0).compute_s == 0.0  # never negative

@@ -9,7 +9,6 @@ from collections.abc import Callable
 __all__ = ["add_report_command"]
 
 
-
 def _report(args: argparse.Namespace) -> int:
     from ..base import Progress
     from ._report import write_report
@@ -19,7 +18,7 @@ def _report(args: argparse.Namespace) -> int:
     with Progress("trainperf report", announce=False) as progress:
         progress.step(f"reading {args.run_dir} and writing {args.output}")
         written = write_report(args.run_dir, args.output, fmt,
-                               say=lambda note: print(f"note: {note}", file=sys.stderr))
+                               say=lambda note: print(f"note: {note}", file=sys.stderr), out_name="-o/--output")
     where = written[0] if len(written) == 1 else f"{len(written)} files in {args.output}"
     print(f"wrote {where}", file=sys.stderr)
     return 0
@@ -32,8 +31,9 @@ def add_report_command(command: Callable[[str, str, str], argparse.ArgumentParse
                      "trainperf report runs/today -o report.html   (--format json | perfetto)")
     report.add_argument("run_dir", help="the run directory that listeners with run_dir= wrote (rank-<r> folders)")
     report.add_argument("-o", "--output", required=True,
-                        help="the file to write; with --format perfetto a folder (ending in /) gets one trace per "
-                             "rank, as Holistic Trace Analysis reads them")
+                        help="the file to write (never one of the run's: a path into a rank folder is refused); "
+                             "with --format perfetto a folder (ending in /) gets one trace per rank, as Holistic "
+                             "Trace Analysis reads them")
     report.add_argument("--format", choices=("html", "json", "perfetto"),
                         help="html (default; json when --output ends in .json), json or perfetto")
     report.set_defaults(func=_report)

@@ -29,6 +29,7 @@ from ._peaks import number_format as number_format
 from ._record import build_record as build_record
 from ._record import flat_columns as flat_columns
 from ._record import metric_fields as metric_fields
+from ._summary import MFU_ABOVE_PEAK as MFU_ABOVE_PEAK
 from ._summary import build_summary as build_summary
 from ._timeline import DeviceWindow as DeviceWindow
 from ._timeline import device_window as device_window

@@ -12,16 +12,38 @@ __all__ = ["RunSummary", "build_summary"]
 
 #: Fixes listed per bottleneck.
 FIXES_PER_BOTTLENECK = 3
+#: Why an MFU above 100% cannot be: said beside it wherever it is shown.
+MFU_ABOVE_PEAK = ("above 100%: the peak FLOP/s is likely wrong (too low for the device) or the FLOP count per step "
+                  "too high")
+#: What each bottleneck's share of the time was spent on.
+_SPENT = {"input-bound": "waiting for data", "gc-bound": "in garbage collection",
+          "loop-bound": "in the loop's own host work"}
 
 
 @dataclass(frozen=True)
 class Bottleneck:
-    """One bottleneck of a run: its share of the wall time, the windows judged so, and its fixes."""
+    """One bottleneck of a run: its share of the wall time, the windows judged so, its fixes, and the
+    share of a whole run (half a window's threshold) above which it is one without persisting."""
 
     kind: str
     share: float
     windows: int
     fixes: tuple[str, ...]
+    line: float = 0.0
+
+    def words(self, judged: int) -> str:
+        """Why it is a bottleneck of the run, in words: the windows judged so when it persisted, else
+        its share of the run against its line and the windows that passed the window's threshold."""
+        spent = _SPENT.get(self.kind)
+        if persists(self.windows, judged):
+            share = f" ({self.share:.0f}% of the time {spent})" if spent else ""
+            return f"{self.kind}: judged so in {self.windows} of {judged} windows{share}"
+        words = (f"{self.kind} over the run: {self.share:.0f}% of the time {spent}, above the {self.line:g}% line "
+                 f"for a whole run (half the {2 * self.line:g}% that makes a window {self.kind})")
+        if judged:
+            passed = "no single window" if not self.windows else f"only {self.windows} of {judged} windows"
+            words += f", though {passed} passed it"
+        return words
 
 
 @dataclass(frozen=True)
@@ -143,7 +165,7 @@ class RunSummary:
             "mfu": self.mfu,
             "verdict_counts": dict(self.verdict_counts),
             "bottlenecks": [
-                {"kind": b.kind, "share": b.share, "windows": b.windows, "fixes": list(b.fixes)}
+                {"kind": b.kind, "share": b.share, "windows": b.windows, "fixes": list(b.fixes), "line": b.line}
                 for b in self.bottlenecks
             ],
             "recommendations": list(self.recommendations),
@@ -162,7 +184,8 @@ class RunSummary:
         rates = ", ".join(([f"{rate:.1f} samples/sec"] if rate else [])
                           + ([f"{self.tokens_per_sec:.1f} tokens/sec"] if self.tokens_per_sec else [])
                           + ([f"{self.tflops_per_sec:.3g} TFLOP/s"] if self.tflops_per_sec else [])
-                          + ([f"MFU {100 * self.mfu:.1f}%"] if self.mfu else []))
+                          + ([f"MFU {100 * self.mfu:.1f}%" + (f" ({MFU_ABOVE_PEAK})" if self.mfu > 1 else "")]
+                             if self.mfu else []))
         left_out = self.total_iterations - self.iterations
         counted = (
             f"{self.iterations} of {self.total_iterations} iterations, warm-up left out"
@@ -190,8 +213,9 @@ class RunSummary:
             lines.append(f"  verdicts over {windows} windows: {counts}")
         if not self.bottlenecks:
             lines.append("  no bottleneck found: data wait, GC and other host work are small next to compute")
+        judged = sum(self.verdict_counts.values())
         for b in self.bottlenecks:
-            lines.append(f"  {b.kind}: {b.share:.0f}% of the time, {b.windows} window(s) judged so; fixes:")
+            lines.append(f"  {b.words(judged)}; fixes:")
             lines.extend(f"    - {fix}" for fix in b.fixes)
         return "\n".join(lines)
 
@@ -247,7 +271,8 @@ def build_summary(
             if kind in ("host-bound", "cpu-contention") and windows:  # no time of its own: its windows' share
                 share = 100.0 * windows / judged
             if (share >= threshold / 2 and seconds >= material_s) or persists(windows, judged):
-                bottlenecks.append(Bottleneck(kind, share, windows, tuple(fixes(kind)[:FIXES_PER_BOTTLENECK])))
+                bottlenecks.append(Bottleneck(kind, share, windows, tuple(fixes(kind)[:FIXES_PER_BOTTLENECK]),
+                                              threshold / 2))
     bottlenecks.sort(key=lambda b: -b.share)
     recommendations: list[str] = []
     for b in bottlenecks:

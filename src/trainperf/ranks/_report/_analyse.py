@@ -7,24 +7,26 @@ from __future__ import annotations
 import math
 import os
 import statistics
-from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
 from ...records import percentile
 from .._layout import SPAN_PHASES
 from .._stragglers import RankFigures, Straggler, cluster_line
-from ._load import Rank, load_run
-from ._load import rounded as _r
+from ._captures import captures_beside_windows
+from ._folders import MAX_RANK
+from ._load import Rank, Run, load_run
 from ._named import named_stragglers
 from ._named import steady as _steady
+from ._notes import read_notes
+from ._over_time import over_time
+from ._read import rounded as _r
+from ._read import significant
 
 __all__ = ["build_report", "analyse"]
 
-#: Report schema version (``report["schema"]``).
-REPORT_SCHEMA = 1
-#: Throughput-over-time points, and per-rank timeline cells, at most.
-MAX_POINTS = 300
+#: Report schema version (``report["schema"]``): 2 gives missing ranks as ranges, and ``notes``.
+REPORT_SCHEMA = 2
 #: Slowest windows shown with their spans, and the most spans they may carry together.
 SLOWEST_WINDOWS = 5
 MAX_SLOWEST_SPANS = 80_000
@@ -121,10 +123,10 @@ def _silent(ranks: Sequence[Rank]) -> dict[int, float]:
             if r.meta.get("ended") is None and (last is None or last < end - gap):
                 silent[r.rank] = last if last is not None else (r.meta.get("started") or end)
     for r in ranks:
-        for event in r.events:
-            if event.get("kind") == "silent" and isinstance(event.get("rank"), int):
-                when = event.get("last_seen", event.get("t"))
-                if isinstance(when, (int, float)) and not isinstance(when, bool) and math.isfinite(when):
+        for event in r.events:  # checked when read: a whole rank, wall times or None
+            if event["kind"] == "silent":
+                when = event["last_seen"] if event["last_seen"] is not None else event["t"]
+                if when is not None:
                     silent.setdefault(event["rank"], float(when))
     return silent
 
@@ -161,8 +163,8 @@ def _rank_entry(rank: Rank, silent_since: float | None) -> dict[str, Any]:
         "etl_source": "gap" if steady and all(w["gap"][k] for k in steady) else "loader",
         "samples_per_sec": mean("samples_per_sec"),
         "tokens_per_sec": mean("tokens_per_sec"),
-        "tflops_per_sec": mean("tflops_per_sec"),
-        "mfu": _r(_weighted_mean([w["mfu"][k] for k in steady], n), 4),
+        "tflops_per_sec": significant(_weighted_mean([w["tflops_per_sec"][k] for k in steady], n)),
+        "mfu": significant(_weighted_mean([w["mfu"][k] for k in steady], n)),
         "silent_since": silent_since,
         "started": rank.meta.get("started"),
         "ended": rank.meta.get("ended"),
@@ -183,17 +185,36 @@ def _rank_entry(rank: Rank, silent_since: float | None) -> dict[str, Any]:
 
 #: Runs per rank folder listed in the report (a hostile file can hold any number).
 MAX_ATTEMPTS = 20
-#: Missing ranks named in the report; the rest are counted.
-MAX_NAMED = 50
+#: Ranges of missing ranks listed in the report; the rest are counted.
+MAX_RANGES = 20
 
 
-def missing_ranks(ranks: Sequence[Rank]) -> list[int]:
-    """The ranks below the run's world size (the largest a rank's meta data gives, else the highest rank
-    plus one) that have no folder."""
-    present = {r.rank for r in ranks}
+def missing_ranks(ranks: Sequence[Rank]) -> tuple[list[list[int]], int]:
+    """The ranks below the run's world size (the largest a rank's meta data gives, up to the most ranks
+    ``torch.distributed`` numbers, else the highest rank plus one) that have no folder, as
+    :func:`absent_ranges` gives them."""
+    present = sorted({r.rank for r in ranks})
     sizes = [r.meta["world_size"] for r in ranks if isinstance(r.meta.get("world_size"), int)]
-    world = max([max(present) + 1, *(s for s in sizes if 0 < s <= 1 << 20)])
-    return [r for r in range(world) if r not in present]
+    return absent_ranges(present, max([present[-1] + 1, *(s for s in sizes if 0 < s <= MAX_RANK + 1)]))
+
+
+def absent_ranges(present: Sequence[int], world: int) -> tuple[list[list[int]], int]:
+    """The ranks below ``world`` not in ``present`` (ascending, distinct): the first :data:`MAX_RANGES`
+    ranges ``[first, last]`` and how many ranks in all, computed from the ranks there are, so that a
+    far rank (``rank-9999999``) costs nothing per absent one.
+
+    Example:
+        >>> absent_ranges([0, 1, 5, 9], 12)
+        ([[2, 4], [6, 8], [10, 11]], 8)
+    """
+    ranges: list[list[int]] = []
+    total = 0
+    for before, after in zip([-1, *present], [*present, world], strict=True):
+        if after - before > 1:
+            total += after - before - 1
+            if len(ranges) < MAX_RANGES:
+                ranges.append([before + 1, after - 1])
+    return ranges, total
 
 
 def _untimed(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -221,83 +242,33 @@ def _clocks(ranks: Sequence[Rank]) -> list[dict[str, Any]]:
     return out
 
 
-def _buckets(ranks: Sequence[Rank], start: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Throughput over time for the cluster and each rank's figures, at most :data:`MAX_POINTS` buckets."""
-    top = max((max(_finite(r.windows["iteration"]), default=0.0) for r in ranks), default=0.0)
-    distinct = max((r.n_windows for r in ranks), default=0)
-    n = max(1, min(MAX_POINTS, distinct))
-    width = top / n if top > 0 else 1.0
-    per_rank: list[dict[str, Any]] = []
-    cells: list[dict[int, list[float]]] = []
-    for rank in ranks:
-        w = rank.windows
-        acc: dict[int, list[float]] = {}  # bucket -> [t0, t1, iters, it*n, etl*n, compute*n, other*n, sps*n, n_sps]
-        for k in range(rank.n_windows):
-            b = min(n - 1, max(0, int((w["iteration"][k] - 1) // width)))
-            t1, ws, m = w["timestamp"][k], w["window_s"][k], w["window_iterations"][k]
-            if not (math.isfinite(t1) and math.isfinite(ws)):
-                continue
-            cell = acc.get(b)
-            if cell is None:
-                cell = acc[b] = [t1 - ws, t1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
-            cell[0], cell[1] = min(cell[0], t1 - ws), max(cell[1], t1)
-            cell[2] += m
-            for slot, key in ((3, "iteration_ms"), (4, "etl_ms"), (5, "compute_ms"), (6, "other_ms")):
-                v = w[key][k]
-                cell[slot] += (v if math.isfinite(v) else 0.0) * m
-            sps = w["samples_per_sec"][k]
-            if math.isfinite(sps):
-                cell[7] += sps * ws
-                cell[8] += ws
-        cells.append(acc)
-        rows = []
-        for b in sorted(acc):
-            c = acc[b]
-            rows.append([_r(c[0] - start, 4), _r(c[1] - start, 4), _r(c[3] / c[2]), _r(c[4] / c[2]),
-                         _r(c[5] / c[2]), _r(c[6] / c[2])])
-        per_rank.append({"rank": rank.rank, "rows": rows})
-    cluster: list[dict[str, Any]] = []
-    for b in range(n):
-        here = [acc[b] for acc in cells if b in acc]
-        if not here:
-            continue
-        its = [c[3] / c[2] for c in here]
-        etls = [c[4] / c[2] for c in here]
-        rates = [c[7] / c[8] for c in here if c[8] > 0]
-        cluster.append({
-            "iteration": int(min(top, (b + 1) * width)),
-            "t": _r(max(c[1] for c in here) - start, 4),
-            "ranks": len(here),
-            "samples_per_sec": _r(sum(rates), 1) if rates else None,
-            "iteration_ms": {"median": _r(statistics.median(its)), "max": _r(max(its))},
-            "etl_ms": {"median": _r(statistics.median(etls)), "max": _r(max(etls))},
-        })
-    return cluster, per_rank
-
-
 def _world(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The whole run's throughput: every rank's rates added up (each over its windows past warm-up),
     and the world's MFU: the FLOP/s of every rank that has a peak over the sum of their peaks."""
 
-    def total(key: str, digits: int = 1) -> float | None:
+    def total(key: str) -> float | None:
         values = [e[key] for e in entries if e.get(key) is not None]
-        return _r(sum(values), digits) if values else None
+        return _r(sum(values), 1) if values else None
 
+    tflops = [e["tflops_per_sec"] for e in entries if e["tflops_per_sec"] is not None]
     rated = [(e["tflops_per_sec"], e["tflops_per_sec"] / e["mfu"]) for e in entries
              if e.get("tflops_per_sec") is not None and e.get("mfu")]
     peak = sum(p for _, p in rated)
     return {
         "samples_per_sec": total("samples_per_sec"),
         "tokens_per_sec": total("tokens_per_sec"),
-        "tflops_per_sec": total("tflops_per_sec", 3),
-        "mfu": _r(sum(t for t, _ in rated) / peak, 4) if rated and peak > 0 else None,
+        "tflops_per_sec": significant(sum(tflops)) if tflops else None,
+        "mfu": significant(sum(t for t, _ in rated) / peak) if rated and peak > 0 else None,
         "mfu_ranks": len(rated),
     }
 
 
 def _slowest(ranks: Sequence[Rank], start: float) -> list[dict[str, Any]]:
-    """The slowest windows (longest mean iteration on any rank) that have spans, with every rank's spans."""
+    """The slowest windows (longest mean iteration on any rank) that have spans, with every rank's spans.
+    A warm-up window (a run's first, which the listener marks: its start-up costs, such as compiling,
+    are no slowdown of the run) comes after all the others, marked ``warmup``."""
     windows: dict[int, tuple[float, int, int]] = {}  # last iteration -> (slowest mean ms, its rank, iterations)
+    warm: set[int] = set()  # the last iterations of windows that some rank marks as its warm-up
     for rank in ranks:
         if not len(rank.span_iter):
             continue
@@ -306,11 +277,13 @@ def _slowest(ranks: Sequence[Rank], start: float) -> list[dict[str, Any]]:
             ms, last, m = w["iteration_ms"][k], int(w["iteration"][k]), int(w["window_iterations"][k])
             if not math.isfinite(ms) or not len(rank.spans_between(last - m + 1, last)):
                 continue
+            if w["warmup"][k]:
+                warm.add(last)
             if last not in windows or ms > windows[last][0]:
                 windows[last] = (ms, rank.rank, m)
     out: list[dict[str, Any]] = []
     budget = MAX_SLOWEST_SPANS
-    for last, (ms, slow_rank, m) in sorted(windows.items(), key=lambda kv: -kv[1][0]):
+    for last, (ms, slow_rank, m) in sorted(windows.items(), key=lambda kv: (kv[0] in warm, -kv[1][0])):
         if len(out) >= SLOWEST_WINDOWS:
             break
         first = last - m + 1
@@ -325,65 +298,8 @@ def _slowest(ranks: Sequence[Rank], start: float) -> list[dict[str, Any]]:
         t0 = min((s[2] for s in spans), default=0.0)
         t1 = max((s[2] + s[3] for s in spans), default=0.0)
         out.append({"iteration_first": first, "iteration_last": last, "iteration_ms": _r(ms), "rank": slow_rank,
-                    "t0": t0, "t1": _r(t1, 6), "spans": spans})
+                    "warmup": last in warm, "t0": t0, "t1": _r(t1, 6), "spans": spans})
     return out
-
-
-#: Captures listed in the report, at most (a run takes a few; a hostile file can hold any number).
-MAX_CAPTURES = 1000
-#: The triggering window's figures a capture lists (``None`` where the window has none).
-TRIGGER_FIGURES = ("iteration_ms", "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms", "etl_ms")
-
-
-def _window_of(rank: Rank, first: int, last: int) -> int | None:
-    """The index of the rank's window of iterations ``first`` to ``last``, when it was read."""
-    w = rank.windows
-    iterations = w["iteration"]
-    k = bisect_left(iterations, float(last))  # ascending: the windows of the rank's last run
-    if k < len(iterations) and iterations[k] == last and iterations[k] - w["window_iterations"][k] + 1 == first:
-        return k
-    return None
-
-
-def _trigger_window(rank: Rank, k: int, start: float) -> dict[str, Any]:
-    w = rank.windows
-    t1, ws = w["timestamp"][k], w["window_s"][k]
-    out: dict[str, Any] = {key: _r(w[key][k]) for key in TRIGGER_FIGURES}
-    out["warmup"] = bool(w["warmup"][k])
-    out["t0"] = _r(t1 - ws - start, 4)
-    out["t1"] = _r(t1 - start, 4)
-    return out
-
-
-def _captures(ranks: Sequence[Rank], start: float) -> tuple[list[dict[str, Any]], int]:
-    """Every rank's profiler captures beside the window that triggered each (its figures, when the
-    rank's windows hold it), by rank and iteration; at most :data:`MAX_CAPTURES`, and how many there are."""
-    out: list[dict[str, Any]] = []
-    for rank in ranks:
-        for event in rank.captures:
-            first, last = event["trigger_first_iteration"], event["trigger_last_iteration"]
-            k = _window_of(rank, first, last)
-            t = event.get("t")
-            out.append({
-                "rank": rank.rank,
-                "trigger_first_iteration": first,
-                "trigger_last_iteration": last,
-                "trigger_window": None if k is None else _trigger_window(rank, k, start),
-                "reason": event["reason"],
-                "first_iteration": event["first_iteration"],
-                "last_iteration": event["last_iteration"],
-                "iterations": event["iterations"],
-                "path": event["path"],
-                "bytes": event["bytes"],
-                "trimmed_events": event["trimmed_events"],
-                "traced_iteration_ms": _r(event["traced_iteration_ms"]),
-                "trigger_median_ms": _r(event["trigger_median_ms"]),
-                "cost_ms": _r(event["cost_ms"]),
-                "export_ms": _r(event["export_ms"]),
-                "t": None if t is None else _r(t - start, 4),
-            })
-    out.sort(key=lambda c: (c["rank"], c["trigger_last_iteration"], c["first_iteration"], c["path"]))
-    return out[:MAX_CAPTURES], len(out)
 
 
 def _phases_seen(slowest: Sequence[dict[str, Any]], rank_windows: Sequence[dict[str, Any]]) -> list[str]:
@@ -407,18 +323,19 @@ def _in_words(straggler: dict[str, Any], analysed: int) -> str:
     return f"{straggler['evidence']} ({when})"
 
 
-def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
-    """The report of loaded, aligned ranks (see :func:`build_report`).
+def analyse(run: Run) -> dict[str, Any]:
+    """The report of a run directory read back (see :func:`build_report`).
 
     Args:
-        ranks: what :func:`trainperf.ranks._report._load.load_run` returned.
+        run: what :func:`trainperf.ranks._report._load.load_run` returned.
     """
+    ranks = run.ranks
     starts = [s for s in (_start(r) for r in ranks) if s is not None]
     start = min(starts) if starts else 0.0
     silent = _silent(ranks)
     entries = [_rank_entry(r, silent.get(r.rank)) for r in ranks]
     stragglers, analysed = named_stragglers(ranks)
-    windows, rank_windows = _buckets(ranks, start)
+    windows, rank_windows = over_time(ranks, start)
     slowest = _slowest(ranks, start)
     whole = [RankFigures(e["rank"], e["iterations"], e["etl_ms"]["mean"], e["forward_ms"], e["compute_ms"],
                          e["other_ms"] or 0.0, e["iteration_ms"]["mean"])
@@ -427,15 +344,17 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
     named = [Straggler(s["rank"], s["cause"], s["excess_ms"] or 0.0,
                        _in_words(s, analysed)) for s in stragglers]
     names = sorted({str(r.meta["run_name"]) for r in ranks if r.meta.get("run_name") is not None})
-    missing = missing_ranks(ranks)
-    captures, captures_total = _captures(ranks, start)
-    return {
+    missing, missing_total = missing_ranks(ranks)
+    captures, captures_total = captures_beside_windows(ranks, start)
+    report = {
         "schema": REPORT_SCHEMA,
         "run_name": names[0] if names else None,
         "start": start,
         "world_size": len(ranks),
-        "missing_ranks": missing[:MAX_NAMED],
-        "missing_ranks_total": len(missing),
+        "missing_ranks": missing,
+        "missing_ranks_total": missing_total,
+        "ignored_folders": [{"name": name, "why": why} for name, why in run.ignored],
+        "ignored_folders_total": run.ignored_total,
         "phases": list(SPAN_PHASES),
         "phases_seen": _phases_seen(slowest, rank_windows),
         "cluster": cluster_line(whole, named) if whole else None,
@@ -452,3 +371,5 @@ def analyse(ranks: Sequence[Rank]) -> dict[str, Any]:
         "captures": captures,
         "captures_total": captures_total,
     }
+    report["notes"] = read_notes(report)
+    return report

@@ -10,13 +10,17 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from ...records import counted
-from ._notes import read_notes, untimed_lines
+from ...records import MFU_ABOVE_PEAK, counted
+from ._notes import figure_words, mfu_words, read_notes, untimed_lines
+from ._page import CSS, SCRIPT
 
 __all__ = ["render_html", "script_json"]
 
 _PHASE_COLOURS = {"data": "#e8833a", "forward": "#1f9bd1", "backward": "#6a5acd", "step": "#2aa198",
                   "compute": "#3b6fc8", "other": "#9a9a9a", "report": "#d33682"}
+#: What each phase holds, in the page's words (the timeline's ``step`` is the optimizer step only).
+_PHASE_LABELS = {"data": "data wait", "forward": "forward", "backward": "backward", "step": "optimizer step",
+                 "compute": "compute (whole step)", "other": "other host time", "report": "trainperf's report"}
 
 
 def script_json(value: Any) -> str:
@@ -37,7 +41,7 @@ def _counted(count: Any, noun: str) -> str:
 
 
 def _notes(report: dict[str, Any]) -> str:
-    notes = read_notes(report)
+    notes = report["notes"] if "notes" in report else read_notes(report)
     if not notes:
         return "<p class=note>Every file of every rank was read whole.</p>"
     items = "".join(f"<li>{_e(n)}</li>" for n in notes)
@@ -76,27 +80,54 @@ def _stragglers_table(report: dict[str, Any]) -> str:
             f"<th>evidence</th></tr>{body}</table>")
 
 
+#: The ranks table's columns of mean times: the label and the JSON field of each (``etl_ms`` is a dict).
+_MEAN_COLUMNS = (("data wait mean", "etl_ms"), ("forward mean", "forward_ms"), ("backward mean", "backward_ms"),
+                 ("optimizer step mean", "step_ms"), ("collective wait mean", "wait_ms"),
+                 ("compute mean", "compute_ms"), ("host time mean", "other_ms"))
+NOT_MEASURED = "not measured"
+
+
+def _tflops(value: float | None) -> str:
+    return NOT_MEASURED if value is None else _e(figure_words(value))
+
+
+def _mfu(value: float | None) -> str:
+    if value is None:
+        return NOT_MEASURED
+    return f"<span class=bad>{mfu_words(value)} (above 100%)</span>" if value > 1 else mfu_words(value)
+
+
 def _ranks_table(report: dict[str, Any]) -> str:
     clocks = {c["rank"]: c for c in report["clocks"]}
     start = report["start"]
     body = []
     for r in report["ranks"]:
         c = clocks.get(r["rank"], {})
-        it, etl = r["iteration_ms"], r["etl_ms"]
+        it = r["iteration_ms"]
         silent = r["silent_since"]
         flag = f"<span class=bad>silent since {_when(silent, start)}</span>" if silent is not None else "ok"
+        means = "".join(f"<td>{_ms(r[key]['mean'] if key == 'etl_ms' else r.get(key))}</td>"
+                        for _, key in _MEAN_COLUMNS)
         body.append(
             f"<tr><td>{_e(r['rank'])}</td><td>{_e(r['host'])}</td><td>{_e(r['pid'])}</td>"
             f"<td>{_e(r['iterations'])}</td><td>{_ms(it['p50'])}</td><td>{_ms(it['p95'])}</td>"
-            f"<td>{_ms(it['max'])}</td><td>{_ms(it['mean'])}</td><td>{_ms(etl['mean'])}</td>"
-            f"<td>{_ms(r['forward_ms'])}</td><td>{_ms(r['compute_ms'])}</td><td>{_ms(r.get('wait_ms'))}</td>"
-            f"<td>{_ms(r['other_ms'])}</td><td>{_ms(r['samples_per_sec'])}</td>"
+            f"<td>{_ms(it['max'])}</td><td>{_ms(it['mean'])}</td>{means}<td>{_ms(r['samples_per_sec'])}</td>"
+            f"<td>{_tflops(r.get('tflops_per_sec'))}</td><td>{_mfu(r.get('mfu'))}</td>"
             f"<td class='{'bad' if c.get('status') == 'unknown' else ''}'>{_e(c.get('status'))}</td>"
             f"<td>{flag}</td></tr>")
+    heads = "".join(f"<th>{label}</th>" for label, _ in _MEAN_COLUMNS)
     return ("<table><tr><th>rank</th><th>host</th><th>pid</th><th>iterations</th><th>iteration p50</th>"
-            "<th>p95</th><th>max</th><th>mean</th><th>data wait mean</th><th>forward mean</th><th>step mean</th>"
-            "<th>collective wait mean</th><th>host time mean</th><th>samples/s</th>"
+            f"<th>p95</th><th>max</th><th>mean</th>{heads}<th>samples/s</th><th>TFLOP/s</th><th>MFU</th>"
             f"<th>clock</th><th>state</th></tr>{''.join(body)}</table>")
+
+
+_RANKS_NOTE = (
+    "Milliseconds per iteration over the windows past warm-up, each column the JSON field of its name: compute is "
+    "the whole step (forward, backward with the wait in its collectives, optimizer step: <code>compute_ms</code>), "
+    "the optimizer step from the end of the backward pass to the end of <code>optimizer.step()</code> "
+    "(<code>step_ms</code>). TFLOP/s not measured: no FLOP count per step (the adapters count one step after the "
+    "first; a loop of its own passes <code>flops_per_step=</code>). MFU not measured: no FLOP count, or no peak known "
+    "for the device (<code>peak_flops=</code>); above 100%, the peak or the FLOP count is wrong.")
 
 
 def _clocks_table(report: dict[str, Any]) -> str:
@@ -180,193 +211,6 @@ def _captures_section(report: dict[str, Any]) -> str:
             f"<th>size (MB)</th><th>cost</th><th>writing</th></tr>{''.join(body)}</table></div>{more}")
 
 
-_CSS = """
-body{font:14px/1.4 system-ui,sans-serif;margin:0 24px 40px;color:#222;background:#fafafa}
-h1{font-size:22px;margin:18px 0 4px}h2{font-size:17px;margin:26px 0 6px;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:12.5px;background:#fff}td,th{border:1px solid #ddd;padding:2px 7px;
-text-align:right}td:nth-child(2),td:last-child,th{text-align:left}.bad{color:#b00020}.ok{color:#2e7d32}
-.cause{font-weight:600}.cause.data{color:#c0601a}.cause.forward,.cause.backward,.cause.compute{color:#2c5fb0}
-.cause.optimizer{color:#1f7a72}.cause.host,.cause.gc{color:#666}.cause.communication{color:#6a3fb0}.note{color:#666;font-size:12.5px}
-canvas{background:#fff;border:1px solid #ddd;display:block;max-width:100%}
-.key span{display:inline-block;margin-right:14px}.key i{display:inline-block;width:11px;height:11px;
-margin-right:4px;vertical-align:-1px}#tip{position:fixed;pointer-events:none;background:#222;color:#fff;
-font-size:12px;padding:3px 6px;border-radius:3px;display:none;white-space:pre}
-button{margin:0 4px 6px 0;font-size:12px}.scroll{max-height:420px;overflow:auto;display:inline-block}
-td.reason,td.trace{text-align:left}td.reason{max-width:420px;overflow-wrap:anywhere}
-"""
-
-_JS = r"""
-(function(){
-"use strict";
-var R = JSON.parse(document.getElementById("data").textContent);
-var C = JSON.parse(document.getElementById("colours").textContent);
-var tip = document.getElementById("tip");
-var ranks = R.ranks.map(function(r){return r.rank;});
-var rowOf = {}; ranks.forEach(function(r, k){rowOf[r] = k;});
-var ROW = Math.max(6, Math.min(18, Math.floor(640 / Math.max(1, ranks.length))));
-var LEFT = 70, RIGHT = 45;
-function canvas(id, height){
-  var c = document.getElementById(id), dpr = window.devicePixelRatio || 1;
-  var w = Math.max(600, Math.min(1300, document.body.clientWidth - 40));
-  c.width = w * dpr; c.height = height * dpr; c.style.width = w + "px"; c.style.height = height + "px";
-  var g = c.getContext("2d"); g.scale(dpr, dpr); g.font = Math.min(11, ROW) + "px system-ui,sans-serif";
-  return {c: c, g: g, w: w, h: height};
-}
-function hover(c, find){
-  c.addEventListener("mousemove", function(ev){
-    var b = c.getBoundingClientRect(), text = find(ev.clientX - b.left, ev.clientY - b.top);
-    if(text){tip.textContent = text; tip.style.display = "block";
-      tip.style.left = (ev.clientX + 12) + "px"; tip.style.top = (ev.clientY + 12) + "px";}
-    else tip.style.display = "none";
-  });
-  c.addEventListener("mouseleave", function(){tip.style.display = "none";});
-}
-function axis(g, x0, x1, t0, t1, y, unit){
-  g.fillStyle = "#555"; g.strokeStyle = "#ccc";
-  var span = t1 - t0 || 1, step = Math.pow(10, Math.floor(Math.log10(span / 6)));
-  [1, 2, 5, 10].some(function(m){ if(span / (step * m) <= 8){step *= m; return true;} return false;});
-  for(var t = Math.ceil(t0 / step) * step; t <= t1; t += step){
-    var x = x0 + (t - t0) / span * (x1 - x0);
-    g.beginPath(); g.moveTo(x, 0); g.lineTo(x, y); g.stroke();
-    g.fillText((+t.toPrecision(6)) + unit, x + 2, y + 12);
-  }
-}
-function rankLabels(g, top){
-  g.fillStyle = "#333";
-  ranks.forEach(function(r, k){ if(ROW >= 9 || k % 4 === 0) g.fillText("rank " + r, 4, top + k * ROW + ROW - 2); });
-}
-// Whole run, at window resolution: each cell split into data wait / step / other shares.
-(function(){
-  var rows = R.rank_windows, tmax = 0;
-  rows.forEach(function(rw){ rw.rows.forEach(function(c){ tmax = Math.max(tmax, c[1]); }); });
-  var H = ranks.length * ROW + 20, v = canvas("run", H), g = v.g, sx = (v.w - LEFT - RIGHT) / (tmax || 1);
-  axis(g, LEFT, v.w - RIGHT, 0, tmax, H - 18, " s");
-  rows.forEach(function(rw){
-    var y = rowOf[rw.rank] * ROW;
-    rw.rows.forEach(function(c){
-      var x = LEFT + c[0] * sx, w = Math.max(1, (c[1] - c[0]) * sx), tot = (c[3] || 0) + (c[4] || 0) + (c[5] || 0) || 1;
-      var parts = [["data", c[3]], ["compute", c[4]], ["other", c[5]]], yy = y + 1;
-      parts.forEach(function(p){
-        var h = (ROW - 2) * (p[1] || 0) / tot; g.fillStyle = C[p[0]]; g.fillRect(x, yy, w, h); yy += h;
-      });
-    });
-  });
-  R.silent.forEach(function(s){
-    var y = rowOf[s.rank]; if(y === undefined) return;
-    var x = LEFT + (s.since - R.start) * sx; g.fillStyle = "#b00020"; g.fillRect(x, y * ROW, 3, ROW);
-    g.fillText("silent", Math.min(x + 5, v.w - 40), y * ROW + ROW - 2);
-  });
-  (R.captures || []).forEach(function(c){
-    var y = rowOf[c.rank], w = c.trigger_window;
-    if(y === undefined || !w || w.t0 === null || w.t1 === null) return;
-    g.strokeStyle = "#b00020"; g.lineWidth = 1.5;
-    g.strokeRect(LEFT + w.t0 * sx, y * ROW + 1, Math.max(2, (w.t1 - w.t0) * sx), ROW - 2); g.lineWidth = 1;
-  });
-  rankLabels(g, 0);
-  hover(v.c, function(x, y){
-    var k = Math.floor(y / ROW); if(k < 0 || k >= ranks.length || x < LEFT) return null;
-    var t = (x - LEFT) / sx, rw = rows[k];
-    for(var j = 0; j < rw.rows.length; j++){ var c = rw.rows[j];
-      if(t >= c[0] && t <= c[1]) return "rank " + rw.rank + "  " + c[0].toFixed(1) + "-" + c[1].toFixed(1) +
-        " s\niteration " + c[2] + " ms\ndata wait " + c[3] + " ms\nstep " + c[4] + " ms\nother " + c[5] + " ms"; }
-    return null;
-  });
-})();
-// The slowest windows, every span.
-(function(){
-  var box = document.getElementById("slowbuttons");
-  if(!R.slowest.length){
-    box.textContent = "No timeline spans were recorded."; document.getElementById("slow").style.display = "none";
-    return;
-  }
-  function draw(win){
-    var H = ranks.length * ROW + 20, v = canvas("slow", H), g = v.g, t0 = win.t0, span = (win.t1 - win.t0) || 1e-9;
-    var sx = (v.w - LEFT - RIGHT) / span;
-    axis(g, LEFT, v.w - RIGHT, 0, span * 1000, H - 18, " ms");
-    var rowsOf = {};
-    win.spans.forEach(function(s){
-      var y = rowOf[s[0]]; if(y === undefined) return;
-      g.fillStyle = C[R.phases[s[1]]] || "#000";
-      g.fillRect(LEFT + (s[2] - t0) * sx, y * ROW + 1, Math.max(0.5, s[3] * sx), ROW - 2);
-      (rowsOf[y] = rowsOf[y] || []).push(s);
-    });
-    rankLabels(g, 0);
-    hover(v.c, function(x, y){
-      var list = rowsOf[Math.floor(y / ROW)]; if(!list || x < LEFT) return null;
-      var t = t0 + (x - LEFT) / sx;
-      for(var j = 0; j < list.length; j++){ var s = list[j];
-        if(t >= s[2] && t <= s[2] + s[3]) return "rank " + s[0] + "  iteration " + s[4] + "\n" + R.phases[s[1]] +
-          " " + (s[3] * 1000).toFixed(2) + " ms at +" + ((s[2] - t0) * 1000).toFixed(2) + " ms"; }
-      return null;
-    });
-  }
-  R.slowest.forEach(function(win, k){
-    var b = document.createElement("button");
-    b.textContent = "iterations " + win.iteration_first + "-" + win.iteration_last + " (" + win.iteration_ms +
-      " ms)";
-    b.addEventListener("click", function(){ draw(win); });
-    box.appendChild(b);
-  });
-  draw(R.slowest[0]);
-})();
-// Distributions: p50-p95 box, whisker to max, mean tick, per rank.
-function boxes(id, key){
-  var H = ranks.length * ROW + 20, v = canvas(id, H), g = v.g, top = 0;
-  R.ranks.forEach(function(r){ top = Math.max(top, r[key].max || 0, r[key].p95 || 0); });
-  var sx = (v.w - LEFT - RIGHT) / (top || 1);
-  axis(g, LEFT, v.w - RIGHT, 0, top, H - 18, " ms");
-  R.ranks.forEach(function(r, k){
-    var s = r[key], y = k * ROW; if(s.p50 === null) return;
-    g.fillStyle = "#333"; g.fillRect(LEFT + s.p50 * sx, y + ROW / 2, ((s.max || s.p95) - s.p50) * sx, 1);
-    g.fillStyle = key === "etl_ms" ? C.data : C.compute;
-    g.fillRect(LEFT + s.p50 * sx, y + 2, Math.max(2, ((s.p95 || s.p50) - s.p50) * sx), ROW - 4);
-    if(s.mean !== null){ g.fillStyle = "#000"; g.fillRect(LEFT + s.mean * sx - 1, y + 1, 2, ROW - 2); }
-  });
-  rankLabels(g, 0);
-  hover(v.c, function(x, y){ var r = R.ranks[Math.floor(y / ROW)]; if(!r) return null; var s = r[key];
-    return "rank " + r.rank + "\np50 " + s.p50 + "  p95 " + s.p95 + "\nmax " + s.max + "  mean " + s.mean + " ms"; });
-}
-boxes("iterdist", "iteration_ms"); boxes("etldist", "etl_ms");
-// Throughput over time (all ranks together), and iteration time (median rank and slowest rank).
-(function(){
-  var pts = R.windows, v = canvas("tput", 330), g = v.g;
-  if(!pts.length) return;
-  var tmax = pts[pts.length - 1].t || 1, smax = 0, imax = 0;
-  pts.forEach(function(p){
-    smax = Math.max(smax, p.samples_per_sec || 0); imax = Math.max(imax, p.iteration_ms.max || 0);
-  });
-  var sx = (v.w - LEFT - RIGHT) / tmax;
-  axis(g, LEFT, v.w - RIGHT, 0, tmax, 310, " s");
-  function panel(top, bottom, max, label, series){
-    g.fillStyle = "#fff"; g.fillRect(LEFT, top - 4, v.w - LEFT - RIGHT, bottom - top + 8);
-    g.strokeStyle = "#999"; g.beginPath(); g.moveTo(LEFT, bottom); g.lineTo(v.w - RIGHT, bottom); g.stroke();
-    g.fillStyle = "#555"; g.fillText(label, LEFT + 4, top - 6);
-    g.fillText((+max.toPrecision(4)).toString(), 4, top + 8); g.fillText("0", 4, bottom);
-    series.forEach(function(s){
-      g.strokeStyle = s[1]; g.lineWidth = 1.5; g.beginPath(); var on = false;
-      pts.forEach(function(p){ var val = s[0](p); if(val === null || val === undefined){ on = false; return; }
-        var x = LEFT + p.t * sx, y = bottom - (bottom - top) * val / (max || 1);
-        if(on) g.lineTo(x, y); else g.moveTo(x, y);
-        on = true;
-      });
-      g.stroke(); g.lineWidth = 1;
-    });
-  }
-  panel(22, 140, smax, "samples/s, all ranks together", [[function(p){ return p.samples_per_sec; }, "#2e7d32"]]);
-  panel(180, 296, imax, "iteration ms: slowest rank (red), median rank (blue)",
-        [[function(p){ return p.iteration_ms.max; }, "#b00020"],
-         [function(p){ return p.iteration_ms.median; }, "#3b7dd8"]]);
-  hover(v.c, function(x){ var t = (x - LEFT) / sx, best = null;
-    pts.forEach(function(p){ if(best === null || Math.abs(p.t - t) < Math.abs(best.t - t)) best = p; });
-    return best && ("t " + best.t + " s, iteration " + best.iteration + "\nsamples/s " + best.samples_per_sec +
-      "\niteration ms median " + best.iteration_ms.median + ", max " + best.iteration_ms.max +
-      "\ndata wait ms median " + best.etl_ms.median + ", max " + best.etl_ms.max); });
-})();
-document.body.setAttribute("data-rendered", String(Math.round(performance.now())));
-})();
-"""
-
-
 def render_html(report: dict[str, Any]) -> str:
     """The whole page for a report from :func:`trainperf.build_report`.
 
@@ -376,7 +220,8 @@ def render_html(report: dict[str, Any]) -> str:
     name = report.get("run_name")
     title = f"trainperf report: {name}" if name else "trainperf report"
     seen = report.get("phases_seen", list(_PHASE_COLOURS))
-    key = "".join(f"<span><i style='background:{c}'></i>{p}</span>" for p, c in _PHASE_COLOURS.items() if p in seen)
+    key = "".join(f"<span><i style='background:{c}'></i>{_PHASE_LABELS[p]}</span>" for p, c in _PHASE_COLOURS.items()
+                  if p in seen)
     capped = [r["rank"] for r in report["ranks"] if r.get("timeline_capped")]
     cap_note = (f" Ranks {', '.join(str(r) for r in capped)} reached their cap on detailed windows." if capped else "")
     cluster = report.get("cluster") or "no complete window"
@@ -384,7 +229,7 @@ def render_html(report: dict[str, Any]) -> str:
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy"
  content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'">
-<title>{_e(title)}</title><style>{_CSS}</style></head>
+<title>{_e(title)}</title><style>{CSS}</style></head>
 <body>
 <h1>{_e(title)}</h1>
 <p>{_e(_counted(report['world_size'], 'rank'))}; {_e(_counted(report['analysed_windows'], 'report window'))}
@@ -403,12 +248,12 @@ communication.</p>
 {_captures_section(report)}
 <h2>Timeline of the whole run</h2>
 <p class=note>Rows are ranks, time is aligned to rank 0's clock. Each cell is a stretch of report windows, split
-into the shares of data wait, step and other host time.</p>
+into the shares of data wait, compute (the whole step) and other host time.</p>
 <div class=key>{key}</div>
 <canvas id=run></canvas>
 <h2>The slowest windows, every iteration</h2>
 <p class=note>Full spans are kept for a bounded number of windows per rank: the first ones and the
-slowest.{cap_note}</p>
+slowest. The warm-up window (each run's first, with its start-up costs) comes after the others.{cap_note}</p>
 <div id=slowbuttons></div>
 <canvas id=slow></canvas>
 <h2>Iteration time per rank</h2>
@@ -420,14 +265,15 @@ slowest.{cap_note}</p>
 <canvas id=tput></canvas>
 <h2>Ranks</h2>
 <div class=scroll>{_ranks_table(report)}</div>
+<p class=note>{_RANKS_NOTE}</p>
 <h2>Clock alignment</h2>
 <p class=note>Aligned time = a rank's wall clock + its offset to rank 0; uncertainty is half the best round
 trip of the estimate; drift is the change of the offset over the run.</p>
 <div class=scroll>{_clocks_table(report)}</div>
 <div id=tip></div>
 <script type="application/json" id="data">{script_json(report)}</script>
-<script type="application/json" id="colours">{script_json(_PHASE_COLOURS)}</script>
-<script>{_JS}</script>
+<script type="application/json" id="phases">{script_json({"colours": _PHASE_COLOURS, "labels": _PHASE_LABELS})}</script>
+<script>{SCRIPT}</script>
 </body></html>
 """
 
@@ -437,12 +283,15 @@ def world_words(world: dict[str, Any] | None) -> str | None:
     if not world:
         return None
     parts = []
-    for key, unit in (("samples_per_sec", "samples/s"), ("tokens_per_sec", "tokens/s"), ("tflops_per_sec", "TFLOP/s")):
-        value = world.get(key)
-        if value is not None:
-            parts.append(f"{value:,.1f} {unit}" if key != "tflops_per_sec" else f"{value:.3g} {unit}")
-    if world.get("mfu") is not None:
-        parts.append(f"MFU {100 * world['mfu']:.1f}% (over {_counted(world['mfu_ranks'], 'rank')} with a peak)")
+    for key, unit in (("samples_per_sec", "samples/s"), ("tokens_per_sec", "tokens/s")):
+        if world.get(key) is not None:
+            parts.append(f"{world[key]:,.1f} {unit}")
+    if world.get("tflops_per_sec") is not None:  # not measured: not said at all
+        parts.append(f"{figure_words(world['tflops_per_sec'])} TFLOP/s")
+    mfu = world.get("mfu")
+    if mfu is not None:
+        over = f"; {MFU_ABOVE_PEAK}" if mfu > 1 else ""
+        parts.append(f"MFU {mfu_words(mfu)} (over {_counted(world['mfu_ranks'], 'rank')} with a peak{over})")
     return "World: " + ", ".join(parts) if parts else None
 
 

@@ -6,23 +6,21 @@ or a field of the wrong type is skipped (and counted), so a crashed or hostile r
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
-import stat
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._layout import CLOCK, EVENTS, META, SPAN_PHASES, SPANS, WINDOWS
+from ._events import MAX_CAPTURES, MAX_SILENT, read_events
+from ._folders import RankFolders, rank_folders
+from ._read import MAX_LINE_BYTES, Unreadable, lines, num, objects, parse, readable, text, wall
 
 __all__: list[str] = []
 
-_RANK_DIR = re.compile(r"rank-(\d{1,7})")
 #: Window fields the report reads, kept as columns (one float array each; NaN for missing).
 WINDOW_FIELDS = ("iteration", "window_iterations", "window_s", "timestamp", "etl_ms", "etl_max_ms", "compute_ms",
                  "other_ms", "iteration_ms", "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms",
@@ -32,141 +30,23 @@ WINDOW_FIELDS = ("iteration", "window_iterations", "window_s", "timestamp", "etl
 #: Window fields an adapter keeps in ``extra`` (the timed parts of a distributed run's step).
 EXTRA_FIELDS = frozenset({"forward_ms", "backward_ms", "step_ms", "comm_ms", "wait_ms", "wait_p50_ms"})
 _NAN = float("nan")
-#: Figures at or beyond this size are not a run's (a millisecond figure of 30,000 years): read as
-#: missing, so that no sum, mean or product of the report can overflow.
-MAX_FIGURE = 1e15
-#: Wall times are seconds since 1970 below this (the year 5138): anything later is not a real time.
-MAX_WALL_S = 1e11
 #: A clock offset between two ranks larger than this (317 years) is not an estimate.
 MAX_OFFSET_S = 1e10
 #: A span longer than this (116 days) is not an iteration's phase.
 MAX_SPAN_S = 1e7
-
-
-def num(value: Any) -> float | None:
-    """``value`` as a finite float below :data:`MAX_FIGURE` in size, else ``None`` (bools, strings,
-    NaN, infinities and integers too large for a float included)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        f = float(value)
-    except OverflowError:  # an integer of hundreds of digits
-        return None
-    return f if -MAX_FIGURE < f < MAX_FIGURE else None
-
-
-def rounded(value: float | None, digits: int = 3) -> float | None:
-    """A figure for the report: rounded to ``digits``, ``None`` when missing or not finite (never -0.0)."""
-    return None if value is None or not math.isfinite(value) else round(value, digits) + 0.0
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def wall(value: Any) -> float | None:
-    """``value`` as a wall time (seconds since 1970, not negative, before :data:`MAX_WALL_S`), else ``None``."""
-    f = num(value)
-    return f if f is not None and 0.0 <= f < MAX_WALL_S else None
-
-
-def _json(line: bytes | str) -> Any:
-    """The JSON value of ``line``; ``ValueError`` for what is not JSON or is nested deeper than the
-    interpreter can read (a hostile line)."""
-    try:
-        return json.loads(line)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-
-
-def _text(value: Any, limit: int = 200) -> str | None:
-    return value[:limit] if isinstance(value, str) else None
-
-
-#: Lines longer than this are not a run's (a window's line is about a kilobyte): skipped, and never
-#: read whole into memory.
-MAX_LINE_BYTES = 1 << 20
-#: Events and clock estimates kept per rank; the rest are counted as skipped (a run writes a few
-#: hundred).
-MAX_OBJECTS = 100_000
-#: Windows and spans the report holds for a whole run (about 170 MB and 100 MB of columns), shared
-#: by its ranks, each rank getting at least the minimum: past its share a rank's windows are sampled
-#: (every other one dropped, again as needed) and its later spans are left out, both said.
-RUN_WINDOWS = 1_000_000
-RUN_SPANS = 4_000_000
-MIN_WINDOWS_PER_RANK = 10_000
-MIN_SPANS_PER_RANK = 50_000
+#: Clock estimates kept per rank; the rest are counted as skipped (a run writes a few hundred).
+MAX_OBJECTS = 10_000
+#: Windows and spans the report holds for a whole run (about 40 MB and 50 MB of columns, and as much
+#: again for the analysis of the windows), shared by its ranks, each rank getting at least the minimum:
+#: past its share a rank's windows are sampled (every other one dropped, again as needed) and its
+#: later spans are left out, both said. Memory stays bounded for any file sizes, and grows with the
+#: number of rank folders only.
+RUN_WINDOWS = 200_000
+RUN_SPANS = 2_000_000
+MIN_WINDOWS_PER_RANK = 10
+MIN_SPANS_PER_RANK = 100
 MAX_WINDOWS = RUN_WINDOWS
 MAX_SPANS = RUN_SPANS
-
-
-class Unreadable:
-    """The files of one rank's folder that could not be read, with the reason (said in the report)."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, str] = {}
-
-
-def readable(path: Path, unreadable: Unreadable) -> bool:
-    """Whether ``path`` is a regular file to read; a FIFO or a device file named like a run file (which
-    would block the report or never end) and a file that cannot be opened are noted, not read."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        unreadable.files[path.name] = exc.strerror or type(exc).__name__
-        return False
-    if not stat.S_ISREG(mode):
-        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
-        unreadable.files[path.name] = f"{kind}, not read"
-        return False
-    return True
-
-
-def read_objects(path: Path, unreadable: Unreadable | None = None,
-                 limit: int = MAX_OBJECTS) -> tuple[list[dict[str, Any]], int]:
-    """The JSON objects of a JSON-lines file (at most ``limit``), and how many lines were skipped
-    (cut, invalid, not objects, beyond the limit)."""
-    objects: list[dict[str, Any]] = []
-    skipped = 0
-    for line in _lines(path, unreadable):
-        if line is None:
-            skipped += 1
-            continue
-        try:
-            obj = _json(line)
-        except ValueError:
-            skipped += 1
-            continue
-        if isinstance(obj, dict) and len(objects) < limit:
-            objects.append(obj)
-        else:
-            skipped += 1
-    return objects, skipped
-
-
-def _lines(path: Path, unreadable: Unreadable | None = None) -> Iterator[bytes | None]:
-    """The non-empty lines of ``path``, one at a time (``None`` for a line too long to be a run's)."""
-    if not readable(path, unreadable if unreadable is not None else Unreadable()):
-        return
-    try:
-        with open(path, "rb") as f:
-            while True:
-                line = f.readline(MAX_LINE_BYTES)
-                if not line:
-                    return
-                if len(line) == MAX_LINE_BYTES and not line.endswith(b"\n"):
-                    while line and not line.endswith(b"\n"):  # the rest of it, never held whole
-                        line = f.readline(MAX_LINE_BYTES)
-                    yield None
-                    continue
-                line = line.strip()
-                if line:
-                    yield line
-    except OSError as exc:
-        if unreadable is not None:
-            unreadable.files[path.name] = exc.strerror or type(exc).__name__
 
 
 @dataclass
@@ -210,8 +90,8 @@ class Rank:
         windows: one float array per :data:`WINDOW_FIELDS` name, one value per window.
         span_iter, span_phase, span_t, span_d: the timeline spans as columns, in file order.
         clock: the clock estimates.
-        events: rank 0's cluster events (a rank gone silent, a gather's stragglers) and every rank's
-            profiler captures (kind ``capture``, fields checked by :func:`capture_event`).
+        events: the ranks its ``silent`` events name (rank 0 writes them) and its profiler captures
+            (see :mod:`~trainperf.ranks._report._events`), each checked and kept small.
         skipped: lines skipped per file.
         unreadable: files of the folder that could not be read, and why.
         attempts: ``(first iteration, last iteration, windows)`` of each run that wrote windows into
@@ -220,6 +100,7 @@ class Rank:
         folder: the folder's name; ``duplicates``: other folders that name the same rank (not read).
         window_stride: 1, or every how many windows one was kept (a run longer than the report holds).
         spans_not_read: spans beyond the report's limit, left out.
+        captures_total: the valid captures its events hold (the first are kept, see :func:`load_run`).
     """
 
     rank: int
@@ -238,6 +119,7 @@ class Rank:
     duplicates: list[str] = field(default_factory=list)
     window_stride: int = 1
     spans_not_read: int = 0
+    captures_total: int = 0
 
     @property
     def host(self) -> str:
@@ -264,7 +146,7 @@ def _read_meta(path: Path, unreadable: Unreadable) -> dict[str, Any]:
         if os.path.getsize(path) > MAX_LINE_BYTES:
             unreadable.files[path.name] = "larger than any meta data, not read"
             return {}
-        raw = _json(path.read_bytes())
+        raw = parse(path.read_bytes())
     except OSError as exc:
         unreadable.files[path.name] = exc.strerror or type(exc).__name__
         return {}
@@ -275,17 +157,31 @@ def _read_meta(path: Path, unreadable: Unreadable) -> dict[str, Any]:
         return {}
     meta: dict[str, Any] = {}
     for key in ("host", "run_name"):
-        meta[key] = _text(raw.get(key))
+        meta[key] = text(raw.get(key))
     for key in ("pid", "local_rank", "world_size", "timeline_windows"):
         value = raw.get(key)
         meta[key] = value if isinstance(value, int) and not isinstance(value, bool) else None
     for key in ("started", "ended"):
         meta[key] = wall(raw.get(key))
     meta["timeline_capped"] = raw.get("timeline_capped") is True
-    untimed = _text(raw.get("collectives_untimed"))
+    untimed = text(raw.get("collectives_untimed"))
     if untimed:  # written only by a rank whose collectives are not timed (FSDP)
         meta["collectives_untimed"] = untimed
     return meta
+
+
+#: The window fields read as plain figures, at the top of a window's line and in its ``extra``; the
+#: others (its iterations, time stamp, warm-up and data wait's source) are read apart.
+_PLAIN_FIELDS = tuple(name for name in WINDOW_FIELDS if name not in EXTRA_FIELDS
+                      and name not in ("iteration", "window_iterations", "timestamp", "warmup", "gap"))
+_EXTRA_FIELDS = tuple(name for name in WINDOW_FIELDS if name in EXTRA_FIELDS)
+_EMPTY: dict[str, Any] = {}
+
+
+def _appenders(columns: dict[str, array[float]]) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+    """Each plain figure's name and the ``append`` of its column, at the top level and in ``extra``."""
+    return ([(name, columns[name].append) for name in _PLAIN_FIELDS],
+            [(name, columns[name].append) for name in _EXTRA_FIELDS])
 
 
 def _read_windows(
@@ -296,14 +192,15 @@ def _read_windows(
     stride the windows were kept at: past ``limit`` windows, every other one is dropped and the
     stride doubles, so memory stays bounded and the whole run is still covered."""
     columns = {name: array("d") for name in WINDOW_FIELDS}
+    plain, extras = _appenders(columns)
     skipped = 0
     attempts: list[tuple[int, int, int]] = []
     last = -math.inf
     first = count = 0
     stride = 1
-    for line in _lines(path, unreadable):
+    for line in lines(path, unreadable):
         try:
-            obj = _json(line) if line is not None else None
+            obj = parse(line) if line is not None else None
         except ValueError:
             obj = None
         if not isinstance(obj, dict):
@@ -321,6 +218,7 @@ def _read_windows(
         if restarted:  # a new run in the same folder: the windows read are the newest run's
             attempts.append((first, int(last), count))
             columns = {name: array("d") for name in WINDOW_FIELDS}
+            plain, extras = _appenders(columns)
             count, stride = 0, 1
         if not count:
             first = iteration
@@ -329,22 +227,22 @@ def _read_windows(
         if (count - 1) % stride:
             continue
         extra = obj.get("extra")
-        for name in WINDOW_FIELDS:
-            if name in EXTRA_FIELDS:
-                value = num(extra.get(name)) if isinstance(extra, dict) else None
-            elif name == "warmup":
-                value = 1.0 if obj.get("warmup") is True else 0.0
-            elif name == "gap":
-                value = 1.0 if obj.get("etl_source") == "gap" else 0.0
-            elif name == "timestamp":
-                value = wall(obj.get(name))
-            elif name in ("iteration", "window_iterations"):
-                value = float(obj[name])  # whole numbers, checked above
-            else:
-                value = num(obj.get(name))
-            columns[name].append(_NAN if value is None else value)
+        get, extra_get = obj.get, (extra if isinstance(extra, dict) else _EMPTY).get
+        for name, append in plain:
+            value = num(get(name))
+            append(_NAN if value is None else value)
+        for name, append in extras:
+            value = num(extra_get(name))
+            append(_NAN if value is None else value)
+        stamp = wall(get("timestamp"))
+        columns["timestamp"].append(_NAN if stamp is None else stamp)
+        columns["iteration"].append(float(iteration))  # whole numbers, checked above
+        columns["window_iterations"].append(float(n))
+        columns["warmup"].append(1.0 if get("warmup") is True else 0.0)
+        columns["gap"].append(1.0 if get("etl_source") == "gap" else 0.0)
         if len(columns["iteration"]) >= limit:
             columns = {name: values[::2] for name, values in columns.items()}
+            plain, extras = _appenders(columns)
             stride *= 2
     if count:
         attempts.append((first, int(last), count))
@@ -360,14 +258,14 @@ def _read_spans(
     iters, kinds, ts, ds = array("q"), array("b"), array("d"), array("d")
     skipped = not_read = 0
     last = -1
-    for line in _lines(path, unreadable):
+    for line in lines(path, unreadable):
         if len(iters) >= limit:
             not_read += 1
             continue
         try:
             if line is None:
                 raise ValueError("too long")
-            obj = _json(line)
+            obj = parse(line)
             i, ph, t, d = obj["i"], phases[obj["ph"]], obj["t"], obj["d"]
         except (ValueError, KeyError, TypeError):
             skipped += 1
@@ -388,11 +286,15 @@ def _read_spans(
     return iters, kinds, ts, ds, skipped, not_read
 
 
-def _read_clock(path: Path, unreadable: Unreadable) -> tuple[Clock, int]:
-    objects, skipped = read_objects(path, unreadable)
+def _read_clock(path: Path, unreadable: Unreadable, limit: int = MAX_OBJECTS) -> tuple[Clock, int]:
+    """The rank's clock estimates (at most ``limit``, the rest skipped), and the lines skipped."""
     points: list[tuple[float, float, float]] = []
     reference = False
-    for obj in objects:
+    skipped = 0
+    for obj in objects(path, unreadable):
+        if obj is None or len(points) >= limit:
+            skipped += 1
+            continue
         t, raw, status = wall(obj.get("t")), obj.get("offset_s"), obj.get("status")
         offset = num(raw)
         if offset is not None and not -MAX_OFFSET_S < offset < MAX_OFFSET_S:
@@ -413,97 +315,21 @@ def _read_clock(path: Path, unreadable: Unreadable) -> tuple[Clock, int]:
     return clock, skipped
 
 
-#: A capture event's reason is cut at this length; a path longer than this is no run's (the event is skipped).
-MAX_REASON = 500
-MAX_PATH = 4096
-#: A capture event's fields (see ``RunDirSink.event`` and ``trainperf.profile``): iterations (required),
-#: counts and milliseconds (each ``null`` or absent when unknown).
-CAPTURE_ITERATIONS = ("trigger_first_iteration", "trigger_last_iteration", "first_iteration", "last_iteration")
-CAPTURE_COUNTS = ("iterations", "bytes", "trimmed_events")
-CAPTURE_MS = ("traced_iteration_ms", "trigger_median_ms", "cost_ms", "export_ms")
-
-
-def _whole(value: Any) -> int | None:
-    """``value`` as a whole number from 0 to 2**62, else ``None``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**62:
-        return None
-    return value
-
-
-def _writable(text: str) -> str:
-    """``text`` without lone surrogates (JSON holds them, UTF-8 cannot write them): each becomes ``?``."""
-    return text.encode("utf-8", "replace").decode("utf-8")
-
-
-def capture_event(event: dict[str, Any]) -> dict[str, Any] | None:
-    """A ``capture`` event of ``events.jsonl`` (a profiler trace a listener with ``profile_dir=`` wrote),
-    its fields checked: the path (text), the reason (text, cut at :data:`MAX_REASON`), the triggering
-    window's and the traced iterations (whole numbers, first <= last); ``t``, ``rank``, the counts and
-    the milliseconds may be ``null`` or absent, anything else of theirs must be of their type.
-    ``None`` when a field is missing or of the wrong type (the line is skipped and counted).
-
-    Example:
-        >>> capture_event({"kind": "capture", "path": "/t/rank1-iter92-94.pt.trace.json.gz", "reason": "slow",
-        ...                "trigger_first_iteration": 81, "trigger_last_iteration": 90, "first_iteration": 92,
-        ...                "last_iteration": 94, "bytes": 12345})["bytes"]
-        12345
-        >>> capture_event({"kind": "capture", "path": 3, "reason": "slow"}) is None
-        True
-    """
-    path, reason = event.get("path"), event.get("reason")
-    if not isinstance(path, str) or not path or len(path) > MAX_PATH or not isinstance(reason, str):
-        return None
-    out: dict[str, Any] = {"kind": "capture", "path": _writable(path), "reason": _writable(reason[:MAX_REASON])}
-    t, rank = event.get("t"), event.get("rank")
-    out["t"] = None if t is None else wall(t)
-    out["rank"] = None if rank is None else _whole(rank)
-    if (t is not None and out["t"] is None) or (rank is not None and out["rank"] is None):
-        return None
-    for key in CAPTURE_ITERATIONS:
-        out[key] = _whole(event.get(key))
-        if out[key] is None:
-            return None
-    if out["trigger_first_iteration"] > out["trigger_last_iteration"] or out["first_iteration"] > out["last_iteration"]:
-        return None
-    for key in CAPTURE_COUNTS + CAPTURE_MS:
-        value = event.get(key)
-        if value is None:
-            out[key] = None
-            continue
-        checked = _whole(value) if key in CAPTURE_COUNTS else num(value)
-        if checked is None or checked < 0:
-            return None
-        out[key] = checked if key in CAPTURE_COUNTS else float(checked)
-    return out
-
-
-def _read_events(path: Path, unreadable: Unreadable) -> tuple[list[dict[str, Any]], int]:
-    """The events of a rank's ``events.jsonl`` and the lines skipped: a capture event with a field
-    missing or of the wrong type (see :func:`capture_event`), and any event whose time is none."""
-    events, skipped = read_objects(path, unreadable)
-    kept: list[dict[str, Any]] = []
-    for event in events:
-        if event.get("kind") == "capture":
-            checked = capture_event(event)
-            if checked is not None:
-                kept.append(checked)
-        elif all(wall(event[k]) is not None for k in ("t", "last_seen") if _is_number(event.get(k))):
-            kept.append(event)
-    return kept, skipped + len(events) - len(kept)
-
-
-def read_rank(path: Path, rank: int, *, max_windows: int = MAX_WINDOWS, max_spans: int = MAX_SPANS) -> Rank:
+def read_rank(path: Path, rank: int, *, max_windows: int = MAX_WINDOWS, max_spans: int = MAX_SPANS,
+              max_captures: int = MAX_CAPTURES, max_silent: int = MAX_SILENT) -> Rank:
     """One rank's folder, with at most ``max_windows`` windows (a sample of a longer run, see
-    :func:`_read_windows`) and ``max_spans`` spans."""
+    :func:`_read_windows`), ``max_spans`` spans, ``max_captures`` profiler captures and the silent
+    events of ``max_silent`` ranks."""
     unreadable = Unreadable()
     windows, skipped_windows, attempts, stride = _read_windows(path / WINDOWS, unreadable, max_windows)
     iters, kinds, ts, ds, skipped_timeline, spans_not_read = _read_spans(path / SPANS, unreadable, max_spans)
     clock, skipped_clock = _read_clock(path / CLOCK, unreadable)
-    events, skipped_events = _read_events(path / EVENTS, unreadable)
+    events, skipped_events, captures_total = read_events(path / EVENTS, unreadable, max_captures, max_silent)
     skipped = {"windows": skipped_windows, "timeline": skipped_timeline, "clock": skipped_clock,
                "events": skipped_events}
     return Rank(rank, _read_meta(path / META, unreadable), windows, iters, kinds, ts, ds, clock, events, skipped,
-                unreadable.files, attempts, path.name, window_stride=stride, spans_not_read=spans_not_read)
+                unreadable.files, attempts, path.name, window_stride=stride, spans_not_read=spans_not_read,
+                captures_total=captures_total)
 
 
 def _align(rank: Rank) -> None:
@@ -525,33 +351,43 @@ def _align(rank: Rank) -> None:
                 event[key] = value + clock.offset_at(value)
 
 
-def load_run(run_dir: str | os.PathLike[str]) -> list[Rank]:
+@dataclass
+class Run:
+    """A run directory read back: its ranks, ordered by rank, and the folders named like a rank that
+    were left out (see :class:`~trainperf.ranks._report._folders.RankFolders`)."""
+
+    ranks: list[Rank]
+    ignored: list[tuple[str, str]]
+    ignored_total: int
+
+
+def load_run(run_dir: str | os.PathLike[str], folders: RankFolders | None = None) -> Run:
     """Every ``rank-<r>`` folder of ``run_dir``, ordered by rank, with times aligned to rank 0.
+
+    Args:
+        run_dir: the run directory.
+        folders: its rank folders, when already listed.
 
     Raises:
         FileNotFoundError: ``run_dir`` does not exist or is not a folder.
         ValueError: it holds no rank folder.
     """
-    root = Path(run_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"run_dir {str(run_dir)!r} does not exist or is not a folder")
-    found: dict[int, list[Path]] = {}
-    for entry in root.iterdir():
-        match = _RANK_DIR.fullmatch(entry.name)
-        if match and entry.is_dir():
-            found.setdefault(int(match.group(1)), []).append(entry)
-    if not found:
-        raise ValueError(f"run_dir {str(run_dir)!r} holds no rank-<r> folder: not a trainperf run directory")
+    found = (folders if folders is not None else rank_folders(run_dir))
     ranks = []
     # the run's budget, shared by its ranks: bounded memory for any number of ranks and any file sizes
-    max_windows = max(MIN_WINDOWS_PER_RANK, RUN_WINDOWS // len(found))
-    max_spans = max(MIN_SPANS_PER_RANK, RUN_SPANS // len(found))
-    for r, paths in sorted(found.items()):
+    max_windows = max(MIN_WINDOWS_PER_RANK, RUN_WINDOWS // len(found.found))
+    max_spans = max(MIN_SPANS_PER_RANK, RUN_SPANS // len(found.found))
+    # the report lists the first captures by rank: the later ranks' are counted; silent ranks likewise
+    captures_left, silent_left = MAX_CAPTURES, MAX_SILENT
+    for r, paths in sorted(found.found.items()):
         # ``rank-1`` and ``rank-01`` name one rank: the one trainperf writes is read, the others named
         paths.sort(key=lambda p: (p.name != f"rank-{r}", p.name))
-        rank = read_rank(paths[0], r, max_windows=max_windows, max_spans=max_spans)
+        rank = read_rank(paths[0], r, max_windows=max_windows, max_spans=max_spans, max_captures=captures_left,
+                         max_silent=silent_left)
+        captures_left -= len(rank.captures)
+        silent_left -= len(rank.events) - len(rank.captures)
         rank.duplicates = [p.name for p in paths[1:]]
         ranks.append(rank)
     for rank in ranks:
         _align(rank)
-    return ranks
+    return Run(ranks, list(found.ignored), found.ignored_total)

@@ -5,6 +5,7 @@ iterations (a checkpoint every n-th step), with the pattern their spans show."""
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ from .._pattern import recurrence
 from .._stragglers import RankFigures, Straggler, find_stragglers, rank_figures
 from .._windows import common_windows, judge_windows
 from ._load import Rank
-from ._load import rounded as _r
+from ._read import rounded as _r
 
 __all__ = ["named_stragglers", "steady"]
 
@@ -108,13 +109,15 @@ def _pattern(rank: Rank, cause: str, run: Sequence[RankFigures]) -> str | None:
     if cause == "host" and figures is not None and figures.gap:
         phases = ("data", "other")  # the gap before the forward pass holds the host work
     wanted = {SPAN_PHASES.index(p) for p in phases}
-    per_iteration: dict[int, float] = {}  # every iteration with spans: one without the phase spent none in it
-    for k in range(len(rank.span_iter)):
-        i = rank.span_iter[k]
-        spent = 1000.0 * rank.span_d[k] if rank.span_phase[k] in wanted else 0.0
-        per_iteration[i] = per_iteration.get(i, 0.0) + spent
-    if not per_iteration:
+    # every iteration with spans, in order (the timeline is read so): one without the phase spent none in it
+    iterations, spent = array("q"), array("d")
+    for i, phase, d in zip(rank.span_iter, rank.span_phase, rank.span_d, strict=True):
+        if not iterations or iterations[-1] != i:
+            iterations.append(i)
+            spent.append(0.0)
+        if phase in wanted:
+            spent[-1] += 1000.0 * d
+    if not iterations:
         return None
-    iterations = sorted(per_iteration)
     median_iteration = sorted(f.iteration_ms for f in run)[len(run) // 2]
-    return recurrence(iterations, [per_iteration[i] for i in iterations], max(0.1 * median_iteration, 3.0), words)
+    return recurrence(iterations, spent, max(0.1 * median_iteration, 3.0), words)
