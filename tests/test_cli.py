@@ -152,7 +152,7 @@ def test_a_report_or_a_doctor_that_lasts_says_what_it_is_doing_on_stderr(tmp_pat
 
     monkeypatch.setattr(_progress, "EVERY_S", 0.05)  # "lasts": 50 ms here, a few seconds for users
     monkeypatch.setattr(trainperf.ranks._report, "write_report",
-                        lambda run_dir, output, fmt, say: _wait_for_progress("report") or [output])
+                        lambda run_dir, output, fmt, say, **_: _wait_for_progress("report") or [output])
     monkeypatch.setattr(trainperf.diagnosis, "doctor", lambda **kw: _wait_for_progress("doctor") or DoctorReport(()))
     out = str(tmp_path / "report.html")
     assert _cli.main(["report", str(tmp_path), "-o", out]) == 0
