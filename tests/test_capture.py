@@ -457,10 +457,11 @@ def test_capture_defaults_its_rule():
 
 
 @pytest.mark.realtime
-def test_real_time_a_loop_turning_6x_slower_at_81_is_traced_after_80(tmp_path):
+def test_real_time_a_loop_turning_10x_slower_at_81_is_traced_after_80(tmp_path):
     """On the real clock, with real sleeps: the trace follows the first window that really slowed down by
-    the stopwatch (the loop's own clock, same run): after 80, unless a loaded machine stalled a window
-    before it past the rule's line, and never later than the window the slowdown at 81 ends."""
+    the stopwatch (the loop's own clock, same run). It comes no earlier than a window whose p95 passed 0.8
+    times the rule's line, and no later than the end of the first window whose p95 passed 1.25 times it:
+    after 80 on a quiet machine, earlier only where a loaded one stalled a window before it."""
     import itertools
     import statistics
     import time
@@ -472,30 +473,33 @@ def test_real_time_a_loop_turning_6x_slower_at_81_is_traced_after_80(tmp_path):
     with PerformanceListener(10, sinks=[memory], profile_dir=tmp_path, report_hardware=False,
                              profile_rule=rule) as lis:
         ends.append(time.perf_counter())
-        for i in range(1, 141):
+        for i in range(1, 111):
             (w @ w).sum()
-            time.sleep(0.048 if i >= 81 else 0.008)
+            time.sleep(0.080 if i >= 81 else 0.008)
             ends.append(time.perf_counter())
             lis.record_iteration(samples=8)
     took = [1000.0 * (b - a) for a, b in itertools.pairwise(ends)]  # each iteration, by the stopwatch
-    # The first window (after the warm-up window and the rule's history) whose stopwatch p95 passes a line a
-    # little below the rule's: the capture cannot come before it ends.
-    p50s, first_slow = [], 80
-    for end in range(20, 81, 10):
+    p50s: list[float] = []
+    earliest = latest = None
+    for end in range(20, 111, 10):  # the first window is the warm-up
         window = took[end - 10:end]
         p95 = statistics.quantiles(window, n=20, method="inclusive")[-1]
-        median = statistics.median(p50s) if p50s else None
-        if len(p50s) >= rule.min_history and median is not None and p95 > 0.8 * rule.slowdown * median:
-            first_slow = end
-            break
+        if len(p50s) >= rule.min_history:
+            line = rule.slowdown * statistics.median(p50s)
+            if earliest is None and p95 > 0.8 * line:
+                earliest = end
+            if latest is None and p95 > 1.25 * line:
+                latest = end
         p50s.append(statistics.median(window))
+    assert earliest is not None and latest is not None and latest <= 90, (took, earliest, latest)
     traces = list(tmp_path.glob("*.gz"))
     assert len(traces) == 1
     steps = traced_steps(traces[0])
-    assert len(steps) == 3 and first_slow < min(steps) <= 92, (steps, first_slow, took)
+    # traced: the iterations after one untraced warm-up iteration past the triggering window
+    assert len(steps) == 3 and earliest + 2 <= min(steps) <= latest + 2, (steps, earliest, latest)
     meta = json.loads(gzip.decompress(traces[0].read_bytes()))["trainperf"]
-    assert meta["trigger_first_iteration"] > first_slow - 10 and meta["cost_ms"] >= 0.0
-    assert all(r.capture is None for r in memory.records if r.iteration <= first_slow - 10)
+    assert earliest - 9 <= meta["trigger_first_iteration"] <= latest - 9 and meta["cost_ms"] >= 0.0
+    assert all(r.capture is None for r in memory.records if r.iteration < earliest)
 
 
 def test_on_a_device_the_capture_arms_when_the_late_record_is_published_and_nothing_waits(tmp_path, clock):
