@@ -62,7 +62,7 @@ def test_step2_cudnn_with_fakes():
 
 @pytest.mark.realtime
 def test_step3_slow_loader_with_no_workers_fails_and_fast_one_passes():
-    report = trainperf.doctor(model=small(), loader=loader(delay=0.02), steps=3)
+    report = trainperf.doctor(model=small(), loader=loader(delay=0.05), steps=3)
     check = report["data_loading"]
     assert check.status == "fail" and check.evidence["etl_pct"] >= 20
     assert "num_workers" in check.fix

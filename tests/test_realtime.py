@@ -198,16 +198,19 @@ def _speedup_check(attach):
             n += 1
         return (time.perf_counter() - started) / n
 
-    model = SleepyNet(0.010)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    listener = PerformanceListener(10, sinks=[], report_hardware=False, verdict=False)
-    attach(model, listener)
-    with_loader = loop(sleepy_loader(n=50, delay=0.008), model, opt)
-    listener.close()
-    predicted = listener.summary().speedup_if_data_free
-    in_memory = list(sleepy_loader(n=50, delay=0.0))
-    bare = SleepyNet(0.010)
-    without = loop(in_memory, bare, torch.optim.SGD(bare.parameters(), lr=0.01))
-    measured = with_loader / without
-    assert measured > 1.5
-    assert predicted == pytest.approx(measured, rel=0.10)
+    # Three rounds, each the loop with its loader then the same loop over batches in memory, back to back: a
+    # loaded machine's slow spells fall on both sides of a round's ratio, and the median round is judged.
+    predicted, measured = [], []
+    for _ in range(3):
+        model = SleepyNet(0.010)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        listener = PerformanceListener(5, sinks=[], report_hardware=False, verdict=False)
+        attach(model, listener)
+        with_loader = loop(sleepy_loader(n=30, delay=0.008), model, opt)
+        listener.close()
+        predicted.append(listener.summary().speedup_if_data_free)
+        in_memory = list(sleepy_loader(n=30, delay=0.0))
+        bare = SleepyNet(0.010)
+        measured.append(with_loader / loop(in_memory, bare, torch.optim.SGD(bare.parameters(), lr=0.01)))
+    assert statistics.median(measured) > 1.5, measured
+    assert statistics.median(predicted) == pytest.approx(statistics.median(measured), rel=0.10), (predicted, measured)
