@@ -335,7 +335,7 @@ def test_summary_shows_every_bottleneck_with_its_share_fixes_and_verdict_counts(
     assert kinds == ["input-bound", "gc-bound"]
     assert summary.bottlenecks[0].share == pytest.approx(45.0) and summary.bottlenecks[1].share == pytest.approx(15.0)
     text = str(summary)
-    assert "gc-bound: 15% of the time" in text and "gc.freeze()" in text
+    assert "gc-bound over the run: 15% of the time in garbage collection" in text and "gc.freeze()" in text
     assert "verdicts over 9 windows: input-bound 9" in text
     lst.close()
 
