@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from test_report_captures import FakeTracer
 from trainperf import CaptureRule, MemorySink, PerformanceListener, format_line
 
 
@@ -76,23 +77,14 @@ class Failing:
         self._f.close()
 
 
-class KinetoLike:
+class KinetoLike(FakeTracer):
     """A profiler that saves as ``torch.profiler``'s Kineto does: into ``<path>.tmp``, renamed to
     ``path`` once whole; a write that fails is logged by it, not raised, and the ``.tmp`` stays.
     ``on_stop`` runs when it stops (the disk fills while it traces)."""
 
     def __init__(self, on_stop=None) -> None:
-        self.marks: list[int] = []
+        super().__init__()
         self.on_stop = on_stop
-
-    def prepare(self) -> None:
-        pass
-
-    def start(self) -> None:
-        pass
-
-    def mark(self, iteration: int) -> None:
-        self.marks.append(iteration)
 
     def stop(self) -> None:
         if self.on_stop is not None:
