@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import time
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,11 @@ _DEAD_AFTER_S = 3 * _BEAT_S
 _EXIT_WAIT_S = 4.0
 #: How often rank 0 looks for the others' goodbyes while it closes.
 _CLOSE_POLL_S = 0.05
+#: Rank 0's windows wait for the others' figures over the same iterations at most this many gathers;
+#: past it a lagging rank's newest figures stand in (its thread, not its training, is late).
+_MAX_DEFERRED = 3
+#: Each rank's last few posted figures kept, to pair with rank 0's window over the same iterations.
+_KEEP_POSTED = 8
 
 
 class Leader:
@@ -52,6 +58,8 @@ class Leader:
         self.seen: dict[int, float] = {}  # rank -> monotonic time of its last sign of life
         self.wall_seen: dict[int, float] = {}  # rank -> its last heartbeat, on its wall clock
         self.latest: dict[int, dict[str, Any]] = {}
+        self.posted: dict[int, deque[dict[str, Any]]] = {}  # rank -> its last few figures, oldest first
+        self.deferred: deque[dict[str, Any]] = deque()  # rank 0's windows not yet in a line
         self.next_seq: dict[int, int] = {}
         self.rounds: dict[int, int] = {}
         self.gathers = 0
@@ -149,7 +157,8 @@ class Leader:
             if value is None:
                 break
             self.next_seq[peer] += 1
-            self.latest[peer] = json.loads(value)
+            self.latest[peer] = figures = json.loads(value)
+            self.posted.setdefault(peer, deque(maxlen=_KEEP_POSTED)).append(figures)
             self.seen[peer] = time.monotonic()
         beat = link._take(f"beat/{peer}")
         if beat is not None:  # when it was posted, on rank 0's clock: an old beat read late is still old
@@ -168,25 +177,39 @@ class Leader:
             silent_s = now - self.seen.get(peer, now)
             if silent_s > link.timeout_s:
                 self._silent(peer, f"went silent: no heartbeat for {silent_s:.0f} s")
-        self._line(reports)
+        if reports:
+            self.deferred.append(mean_figures(reports))
+        self._lines(final=False)
         self.gathers += 1
         if self.gathers % _CLOCK_EVERY == 0 and not link._closing.is_set():
             for peer in self._live_peers():
                 self._align(peer)
 
-    def _line(self, reports: list[PerformanceRecord]) -> None:
+    def _lines(self, *, final: bool) -> None:
+        """A cluster line for each of rank 0's windows, oldest first, beside each other rank's figures
+        over the same iterations. A window whose iterations a rank has not posted yet waits for them
+        (at most ``_MAX_DEFERRED`` gathers; at close, ``final``, none waits)."""
+        while self.deferred:
+            own = self.deferred[0]
+            behind = [p for p in self._live_peers() if p in self.posted
+                      and int(self.posted[p][-1].get("last", 0)) < int(own.get("first", 0))]
+            if behind and not final and len(self.deferred) <= _MAX_DEFERRED:
+                return
+            self.deferred.popleft()
+            self._line(own, {p: _same_iterations(self.posted[p], own) for p in self._live_peers()
+                             if p in self.posted})
+
+    def _line(self, own: dict[str, Any] | None, peers: dict[int, dict[str, Any]]) -> None:
         link = self.link
-        found = [rank_figures(0, mean_figures(reports))] if reports else []
-        for peer in self._live_peers():
-            if peer in self.latest:
-                found.append(rank_figures(peer, self.latest[peer]))
+        found = [rank_figures(0, own)] if own is not None else []
+        found += [rank_figures(peer, figures) for peer, figures in sorted(peers.items())]
         figures = [f for f in found if f is not None]
         if len(figures) < 2:
             return
         stragglers = self.judge.see(figures)
         line = cluster_line(figures, stragglers)
-        last = max(int(reports[-1].iteration) if reports else 0,
-                   *(int(self.latest[p].get("last", 0)) for p in self._live_peers() if p in self.latest))
+        last = max(int(own.get("last", 0)) if own is not None else 0,
+                   *(int(f.get("last", 0)) for f in peers.values()))
         text = f"cluster at iteration {last}: {line}"
         if link.silent:
             text += "; silent: " + ", ".join(f"rank {r}" for r in sorted(link.silent))
@@ -240,8 +263,12 @@ class Leader:
         for peer, why in sorted(gone.items()):
             if why is not None:
                 self._silent(peer, why)
-        if not exiting and (reports or closed):  # the last line names the ranks just found silent
-            self._line(reports)
+        if not exiting and reports:
+            self.deferred.append(mean_figures(reports))
+        if not exiting and self.deferred:
+            self._lines(final=True)
+        elif not exiting and closed:  # the last line names the ranks just found silent
+            self._line(None, {p: self.latest[p] for p in self._live_peers() if p in self.latest})
         if exiting:
             return
         run_dir = link._run_dir
@@ -260,6 +287,18 @@ class Leader:
             pieces = [link._take(f"file/{peer}/{name}/{k}") or b"" for k in range(int(count.decode()))]
             out[name] = b"".join(pieces)
         return out
+
+
+def _same_iterations(posted: deque[dict[str, Any]], own: dict[str, Any]) -> dict[str, Any]:
+    """Of a rank's ``posted`` figures, those over the iterations nearest ``own``'s: the most iterations
+    in common, then the nearest last iteration (ranks gathering at other rates share no window)."""
+    first, last = int(own.get("first", 0)), int(own.get("last", 0))
+
+    def fit(figures: dict[str, Any]) -> tuple[int, int]:
+        a, b = int(figures.get("first", 0)), int(figures.get("last", 0))
+        return min(b, last) - max(a, first), -abs(b - last)
+
+    return max(posted, key=fit)
 
 
 def _write_peer_files(folder: Path, files: dict[str, bytes]) -> None:
