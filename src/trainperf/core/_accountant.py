@@ -59,16 +59,21 @@ class StepAccountant:
         add_wait: where collective waits go as they happen (a collective timer's ``add_wait``, so
             that the wait it records for the iteration holds them); without one they count as the
             step's time, never as host time.
+        add_tokens: where each iteration's padded and loss tokens go just before it is recorded (the
+            listener's ``count_tokens``), when its fetches counted either.
     """
 
-    __slots__ = ("_record", "_add_time", "_add_wait", "boundary", "began", "etl", "_etl_before", "_wait_before",
-                 "_span_before", "_span_within", "samples", "batches", "tokens", "steps", "skipped")
+    __slots__ = ("_record", "_add_time", "_add_wait", "_add_tokens", "boundary", "began", "etl", "_etl_before",
+                 "_wait_before", "_span_before", "_span_within", "samples", "batches", "tokens", "tokens_padded",
+                 "tokens_loss", "steps", "skipped")
 
     def __init__(self, record: Record, *, at: float = 0.0, add_time: Callable[[str, float], None] | None = None,
-                 add_wait: Callable[[float], None] | None = None) -> None:
+                 add_wait: Callable[[float], None] | None = None,
+                 add_tokens: Callable[[int | None, int | None], None] | None = None) -> None:
         self._record = record
         self._add_time = add_time
         self._add_wait = add_wait
+        self._add_tokens = add_tokens
         self.restart(at)
 
     def restart(self, at: float) -> None:
@@ -86,6 +91,8 @@ class StepAccountant:
         self.samples: int | None = 0
         self.batches = 0
         self.tokens: int | None = 0
+        self.tokens_padded: int | None = 0
+        self.tokens_loss: int | None = 0
         self.steps = 0
         self.skipped = 0
 
@@ -96,10 +103,11 @@ class StepAccountant:
 
     # -- events ------------------------------------------------------------------------------------
     def fetch(self, seconds: float, *, samples: int | None = None, tokens: int | None = None,
-              batch: bool = True) -> None:
+              batch: bool = True, padded: int | None = None, loss: int | None = None) -> None:
         """The training loader blocked ``seconds`` (its own GC pauses already taken out) and delivered
-        a batch of ``samples`` and ``tokens`` (``None``: not known); ``batch=False``: it delivered none
-        (an epoch's ``iter()`` starting workers, an exhausted loader's ``StopIteration``)."""
+        a batch of ``samples`` and real ``tokens``, ``padded`` tokens (padding included) and ``loss``
+        tokens (``None``: not known); ``batch=False``: it delivered none (an epoch's ``iter()`` starting
+        workers, an exhausted loader's ``StopIteration``)."""
         self.etl += seconds
         if self.began is None:
             self._etl_before += seconds
@@ -110,6 +118,10 @@ class StepAccountant:
         self.samples = None if samples is None or counted is None else counted + samples
         have = self.tokens
         self.tokens = None if tokens is None or have is None else have + tokens
+        have = self.tokens_padded
+        self.tokens_padded = None if padded is None or have is None else have + padded
+        have = self.tokens_loss
+        self.tokens_loss = None if loss is None or have is None else have + loss
 
     def begin(self, at: float) -> None:
         """The step's own work began at ``at`` (only the iteration's first sign counts)."""
@@ -163,6 +175,8 @@ class StepAccountant:
         known = count == self.batches and count > 0
         samples = self.samples if known else None
         tokens = self.tokens if known else None
+        if known and self._add_tokens is not None and (self.tokens_padded is not None or self.tokens_loss is not None):
+            self._add_tokens(self.tokens_padded, self.tokens_loss)
         etl, skipped = self.etl, self.skipped
         self.boundary = at
         self._clear()

@@ -13,7 +13,10 @@ from ..records import (
     build_record,
     judge,
     judge_device,
+    judge_padding,
+    padding_share,
     percentile,
+    real_mfu,
     safe_rate,
     speedup,
 )
@@ -86,6 +89,10 @@ def build_window_record(
             utilization=hardware.get("gpu_utilization_pct"), thresholds=options.thresholds,
             previous=previous,
         ) if options.verdict else None
+    padding = padding_share(host.tokens, host.tokens_padded)
+    if padding:  # the step's time on pad tokens, against the same time the other shares are of
+        step_s = figures.compute_s if device is None else base_s - device.idle_s
+        verdict = judge_padding(verdict, padding, step_s, base_s, iterations=n, previous=previous)
     mean_s = sum(durations) / n
     flops = host.flops
     tflops = mfu = None
@@ -114,6 +121,7 @@ def build_window_record(
         safe_rate(host.tokens, window_s) if host.tokens is not None else None,  # tokens_per_sec
         tflops,  # tflops_per_sec
         mfu,  # mfu
+        real_mfu(mfu, padding),  # mfu_real
         read_score(host.score) if options.report_score is not False else None,  # score
         host.gc,  # gc
         host_name,  # host
@@ -124,6 +132,9 @@ def build_window_record(
         figures.samples,  # samples
         figures.batches,  # batches
         host.tokens,  # tokens
+        host.tokens_padded,  # tokens_padded
+        host.tokens_loss,  # tokens_loss
+        padding,  # padding_share
         flops.per_step if flops is not None else None,  # flops_per_step
         flops.peak.describe() if flops is not None and flops.peak is not None else None,  # peak
         ms * etl_s,  # etl_total_ms

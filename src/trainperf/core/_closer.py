@@ -86,6 +86,7 @@ class WindowCloser:
         entries.append(last)
         readings, notices = self.readings, self.notices
         figures = window_figures(window_start, entries, pauses=readings.take_pauses())
+        padded, loss = window.window_token_counts(figures.iterations)
         gap = figures.etl_from_gap
         epoch, rank, device = who
         host = HostWindow(
@@ -106,6 +107,8 @@ class WindowCloser:
             hardware=readings.read_hardware(notices.once),
             excluded=window.take_excluded(count, figures.iterations),
             tokens=window.window_tokens(figures.iterations),
+            tokens_padded=padded,
+            tokens_loss=loss,
             flops=self.flops,
         )
         pending = self.pending

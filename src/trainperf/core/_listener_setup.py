@@ -272,6 +272,22 @@ class ListenerSetup:
         check_part(name, seconds)
         self._open.add_time(name, seconds)
 
+    def count_tokens(self, padded: int | None = None, loss: int | None = None) -> None:
+        """The padded tokens (every position the model computes, padding included) and the loss tokens
+        (labels other than -100) of the iteration recorded next; the real ones go to
+        :meth:`record_iteration`'s ``tokens``. A window's ``tokens_padded`` and ``tokens_loss`` are
+        known when each of its iterations gave them; its ``padding_share`` is ``1 - tokens /
+        tokens_padded``. The adapters call it for every batch they can count.
+
+        Raises:
+            TypeError, ValueError: a count is not a non-negative int or ``None`` (named).
+        """
+        if not ((padded is None or type(padded) is int and padded >= 0)
+                and (loss is None or type(loss) is int and loss >= 0)):
+            check_int("padded", padded, optional=True)
+            check_int("loss", loss, optional=True)
+        self._open.add_token_counts(padded, loss)
+
     def add_sample(self, name: str, seconds: float) -> None:
         """Like :meth:`add_time`, for a part timed once per iteration: records also carry the
         window's median as ``extra["<name>_p50_ms"]``, which one slow iteration does not move."""

@@ -24,7 +24,7 @@ class OpenWindow:
     """
 
     __slots__ = ("start", "entries", "first_iteration", "end", "warmup", "score", "_tokens", "_tokens_counted",
-                 "_times", "_samples", "_excluded")
+                 "_padded", "_padded_counted", "_loss", "_loss_counted", "_times", "_samples", "_excluded")
 
     def __init__(self) -> None:
         self.start = 0.0
@@ -35,6 +35,8 @@ class OpenWindow:
         self.score: Any = None
         self._tokens = 0  # the real tokens of the iterations that counted theirs
         self._tokens_counted = 0  # how many iterations did
+        self._padded = self._padded_counted = 0  # the same for padded tokens,
+        self._loss = self._loss_counted = 0  # and for loss tokens
         self._times: dict[str, float] = {}
         self._samples: dict[str, list[float]] = {}  # per-iteration values of add_sample
         self._excluded: dict[int, float] = {}  # iteration index -> host seconds left out before it
@@ -45,6 +47,7 @@ class OpenWindow:
         self.entries = []
         self.score = None
         self._tokens = self._tokens_counted = 0
+        self._padded = self._padded_counted = self._loss = self._loss_counted = 0
         self.end = count + frequency
         self.first_iteration = count + 1
         self.warmup = first
@@ -62,6 +65,22 @@ class OpenWindow:
     def window_tokens(self, iterations: int) -> int | None:
         """The window's real tokens when each of its ``iterations`` counted them, else ``None``."""
         return self._tokens if iterations and self._tokens_counted == iterations else None
+
+    def add_token_counts(self, padded: int | None, loss: int | None) -> None:
+        """One iteration's padded and loss tokens (``None``: that one was not counted)."""
+        if padded is not None:
+            self._padded += padded
+            self._padded_counted += 1
+        if loss is not None:
+            self._loss += loss
+            self._loss_counted += 1
+
+    def window_token_counts(self, iterations: int) -> tuple[int | None, int | None]:
+        """The window's padded and loss tokens, each when all its ``iterations`` counted them."""
+        if not iterations:
+            return None, None
+        return (self._padded if self._padded_counted == iterations else None,
+                self._loss if self._loss_counted == iterations else None)
 
     def add_time(self, name: str, seconds: float) -> None:
         times = self._times

@@ -43,6 +43,7 @@ class HostWindow:
         excluded: per iteration of the window, host seconds left out before it.
         times: the named parts the adapters timed (``add_time``), mean milliseconds per iteration.
         tokens: the window's real tokens, when every iteration counted them.
+        tokens_padded: its padded tokens, and ``tokens_loss`` its loss tokens, likewise.
         flops: the model's FLOPs per optimizer step and the device's peak, when known.
         capture: the profiler trace of a capture whose iterations overlap the window.
     """
@@ -62,6 +63,8 @@ class HostWindow:
     etl_source: str
     hardware: dict[str, float | None] = field(default_factory=dict)
     tokens: int | None = None
+    tokens_padded: int | None = None
+    tokens_loss: int | None = None
     flops: StepFlops | None = None
     capture: str | None = None
     excluded: tuple[float, ...] = ()

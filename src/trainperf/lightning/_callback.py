@@ -101,10 +101,11 @@ class PerformanceCallback(_CallbackBase):
         listener = self.listener
         # Lightning's own collective between steps is timed only in a distributed run, with a collective timer
         self._account = StepAccountant(listener.record_step, add_time=listener.add_time,
-                                       add_wait=lambda seconds: self._collective.add_wait(seconds))
-        # the real tokens of each batch fetched and not yet trained on, oldest first: Lightning fetches a
+                                       add_wait=lambda seconds: self._collective.add_wait(seconds),
+                                       add_tokens=listener.count_tokens)
+        # the tokens of each batch fetched and not yet trained on, oldest first: Lightning fetches a
         # batch ahead, and the batch its hooks see is on the device (its mask unreadable without a wait)
-        self._fetched_tokens: collections.deque[int | None] = collections.deque()
+        self._fetched_tokens: collections.deque[shared.TokenCounts] = collections.deque()
         self._count_tokens = shared.token_counter(listener)
         self._score = listener.options.report_score is True  # reading the loss is asked for, not assumed
         self._scaler: Any = None  # a GradScaler scales the loss that on_before_backward gets
@@ -173,7 +174,8 @@ class PerformanceCallback(_CallbackBase):
         account = self._account
         first = account.began is None
         # the batch about to run (its fetch's wait counted where it happened: maybe a step earlier)
-        account.fetch(0.0, samples=self._samples_of(batch), tokens=fetched.popleft() if fetched else None)
+        padded, real, loss = fetched.popleft() if fetched else shared.NOT_COUNTED
+        account.fetch(0.0, samples=self._samples_of(batch), tokens=real, padded=padded, loss=loss)
         if first:  # the iteration's first micro-batch
             account.begin(self._clock())
             self._step_at_begin = trainer.global_step

@@ -23,6 +23,10 @@ from ._format import counted as counted
 from ._format import format_line as format_line
 from ._json import json_line as json_line
 from ._json import strict as strict
+from ._padding import PADDING_SHARE as PADDING_SHARE
+from ._padding import judge_padding as judge_padding
+from ._padding import padding_share as padding_share
+from ._padding import real_mfu as real_mfu
 from ._peaks import Peak as Peak
 from ._peaks import find_peak as find_peak
 from ._peaks import number_format as number_format

@@ -27,6 +27,14 @@ DEFAULT_FIXES: dict[str, tuple[str, ...]] = {
         "share cores",
         "pre-save decoded/augmented batches with trainperf.data.presave(): less CPU per batch for the workers",
     ),
+    "padding": (
+        "pack sequences: concatenate samples into full-length rows (with a mask or position ids that keep "
+        "them apart) so no position is a pad",
+        "bucket by length so each batch pads only to its own longest: a length-grouped sampler, or "
+        "TrainingArguments(group_by_length=True) with the Hugging Face Trainer",
+        "pad to the batch's longest, never to a fixed max_length: DataCollatorWithPadding(tokenizer, "
+        "padding='longest', pad_to_multiple_of=8) keeps shapes friendly to tensor cores without more pads",
+    ),
     "gc-bound": (
         "call gc.freeze() after building the model and data so long-lived objects leave the young generations",
         "raise the generation-0 threshold, e.g. gc.set_threshold(50_000, 50, 100)",

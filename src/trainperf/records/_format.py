@@ -52,6 +52,8 @@ class LineField:
         decimals: written with this many decimals (``None``: :func:`format_number`'s three
             significant digits).
         rate: a rate, written by :func:`format_rate`: never rounded to zero.
+        padded_only: written only when the window computed padding (``padding_share`` above 0):
+            a line without padding stays as it was.
     """
 
     name: str
@@ -61,6 +63,7 @@ class LineField:
     hide_zero: bool = False
     decimals: int | None = None
     rate: bool = False
+    padded_only: bool = False
 
     def render(self, value: float) -> str:
         if self.integer:
@@ -86,8 +89,13 @@ DL4J_FIELDS = (
 #: trainperf's own fields after ``GC:``; ``warm-up`` and ``verdict: kind (reason)`` close the line.
 TRAINPERF_FIELDS = (
     LineField("tokens_per_sec", "tokens/sec: ", decimals=RATE_DECIMALS, rate=True),
+    LineField("tokens", "real tokens: ", integer=True, padded_only=True),
+    LineField("tokens_padded", "padded tokens: ", integer=True, padded_only=True),
+    LineField("tokens_loss", "loss tokens: ", integer=True, padded_only=True),
+    LineField("padding_share", "padding: ", decimals=3, padded_only=True),
     LineField("tflops_per_sec", "TFLOP/s: ", decimals=MS_DECIMALS, rate=True),
     LineField("mfu", "MFU: ", decimals=3, rate=True),
+    LineField("mfu_real", "MFU real: ", decimals=3, rate=True, padded_only=True),
     LineField("iteration_p50_ms", "iteration p50: ", " ms", decimals=MS_DECIMALS),
     LineField("iteration_p95_ms", "p95: ", " ms", decimals=MS_DECIMALS),
     LineField("iteration_max_ms", "max: ", " ms", decimals=MS_DECIMALS),
@@ -158,10 +166,12 @@ def format_line(record: PerformanceRecord) -> str:
             for s in record.gc
         )
         parts.append(f"GC: {stats}")
+    padded = bool(record.padding_share)
     parts += [
         f.render(value)
         for f in TRAINPERF_FIELDS
         if (value := getattr(record, f.name)) is not None and not (f.hide_zero and value == 0)
+        and (padded or not f.padded_only)
     ]
     if record.warmup:
         parts.append("warm-up")

@@ -37,13 +37,14 @@ class GCStat:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What limits the window: ``input-bound``, ``gc-bound``, ``loop-bound``, ``host-bound`` (CUDA) or ``fine``.
+    """What limits the window: ``input-bound``, ``gc-bound``, ``loop-bound``, ``host-bound`` (CUDA),
+    ``cpu-contention``, ``padding`` (the step computes pad tokens) or ``fine``.
 
     Args:
         kind: the verdict.
         share: the share of the window's wall time, in percent, that backs the verdict
-            (data wait for ``input-bound``, GC pauses for ``gc-bound``, the larger of
-            the two for ``fine``).
+            (data wait for ``input-bound``, GC pauses for ``gc-bound``, the step's time on pad
+            tokens for ``padding``, the larger of the two for ``fine``).
         reason: the plain-words explanation printed after the figures.
     """
 
@@ -55,6 +56,11 @@ class Verdict:
 @dataclass(frozen=True, slots=True)
 class PerformanceRecord:
     """Figures for one report window (the iterations since the previous report).
+
+    Tokens come in three counts: ``tokens`` the real ones (the attention mask's), ``tokens_padded``
+    every position the model computed, padding included, and ``tokens_loss`` the labels other than
+    -100; ``padding_share`` is ``1 - tokens / tokens_padded`` and ``mfu_real`` the MFU spent on real
+    tokens (``mfu * tokens / tokens_padded``).
 
     Times are milliseconds, rates are per second of wall time over the whole window.
     A figure that was not asked for, or cannot be measured, is ``None``; no figure is
@@ -78,6 +84,7 @@ class PerformanceRecord:
     tokens_per_sec: float | None = field(default=None, metadata=_METRIC)
     tflops_per_sec: float | None = field(default=None, metadata=_METRIC)
     mfu: float | None = field(default=None, metadata=_METRIC)
+    mfu_real: float | None = field(default=None, metadata=_METRIC)
     score: float | None = field(default=None, metadata=_METRIC)
     gc: tuple[GCStat, ...] = ()
     host: str = field(default="", metadata=_IDENTITY)
@@ -88,6 +95,9 @@ class PerformanceRecord:
     samples: int | None = None
     batches: int = 0
     tokens: int | None = None
+    tokens_padded: int | None = None
+    tokens_loss: int | None = None
+    padding_share: float | None = field(default=None, metadata=_METRIC)
     flops_per_step: float | None = None
     peak: str | None = None
     etl_total_ms: float | None = None

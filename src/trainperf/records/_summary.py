@@ -265,10 +265,11 @@ def build_summary(
             ("loop-bound", other_s, thresholds.loop_bound, wall_s),
             ("cpu-contention", 0.0, 100.0, wall_s),
             ("host-bound", 0.0, 100.0, wall_s),
+            ("padding", 0.0, 100.0, wall_s),
         ):
             share = 100.0 * seconds / over if over > 0 else 0.0
             windows = verdict_counts.get(kind, 0)
-            if kind in ("host-bound", "cpu-contention") and windows:  # no time of its own: its windows' share
+            if kind in ("host-bound", "cpu-contention", "padding") and windows:  # no time of its own: windows' share
                 share = 100.0 * windows / judged
             if (share >= threshold / 2 and seconds >= material_s) or persists(windows, judged):
                 bottlenecks.append(Bottleneck(kind, share, windows, tuple(fixes(kind)[:FIXES_PER_BOTTLENECK]),

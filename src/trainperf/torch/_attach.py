@@ -25,7 +25,7 @@ says so (``etl_source == "gap"``). Samples and batches then come from the forwar
 the same input tensor as an earlier one in the step counting once. Evaluation and checkpoints in
 that gap are other time, not data wait. A distributed run times the iterable itself, under DDP also
 between micro-batches (``no_sync``): every micro-batch's data wait counts. The arithmetic is a
-:class:`~trainperf.core._accountant.StepAccountant`'s.
+:class:`~trainperf.core._accountant.StepAccountant`'s. Tokens are counted as the loader gives a batch.
 """
 
 from __future__ import annotations
@@ -85,9 +85,9 @@ class Attachment:
         # The same clock read inline on the two reads of every iteration (no extra Python call).
         self._uc = listener.clock_parts()
         self._gc_pauses = listener.gc_pauses  # a fetch's own collections are GC, not data wait
-        # The iteration's arithmetic; the listener's record_step: the clock's own differences.
-        self._account = StepAccountant(listener.record_step, add_time=listener.add_time)
-        self._count_tokens = token_counter(listener)  # a batch's real tokens, read as the loader gives it
+        self._account = StepAccountant(listener.record_step, add_time=listener.add_time,  # on the clock's own
+                                       add_tokens=listener.count_tokens)  # differences: the iteration's arithmetic
+        self._count_tokens = token_counter(listener)  # a batch's tokens, read as the loader gives it
         self._flop_counter: StepFlopCounter | None = None  # until training starts, and once counted
         self._started = False
         self._taps_work = False  # a compiled model's forward is not seen: steps alone make iterations
@@ -217,7 +217,8 @@ class Attachment:
         n = pair_size(batch)  # the common (inputs, targets) pair without the general search
         if n is None:
             n = batch_size(batch)
-        account.fetch(wait, samples=n, tokens=self._count_tokens(batch))
+        tokens = self._count_tokens(batch)
+        account.fetch(wait, samples=n, tokens=tokens.real, padded=tokens.padded, loss=tokens.loss)
 
     def on_eval_fetch(self, started: float) -> None:
         """A loader fetch with autograd off began at ``started`` on the training thread: between

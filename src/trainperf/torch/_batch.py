@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-__all__ = ["batch_size", "batch_tokens", "map_tensors", "pair_size"]
+__all__ = ["IGNORE_INDEX", "NOT_COUNTED", "TokenCounts", "batch_size", "batch_token_counts", "batch_tokens",
+           "map_tensors", "pair_size"]
 
 
 def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
@@ -32,7 +33,75 @@ def _map(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     return obj
 
 
-_NO_TOKENS = frozenset({tuple, list, torch.Tensor})
+#: The label that PyTorch's ``cross_entropy`` (and every Hugging Face model's loss) leaves out: padding
+#: and prompt tokens that no loss is taken on.
+IGNORE_INDEX = -100
+
+
+class TokenCounts(NamedTuple):
+    """The tokens of one batch, ``None`` where they cannot be read without waiting for a device.
+
+    Attributes:
+        padded: every position of ``input_ids``, padding included: what the model computes.
+        real: the positions the attention mask keeps (all of them without a mask).
+        loss: the labels other than :data:`IGNORE_INDEX`, as the batch holds them (a causal LM that
+            shifts its labels inside the model takes its loss on up to one fewer per sequence; the
+            Hugging Face Trainer's own ``num_items_in_batch`` counts them unshifted, as here).
+    """
+
+    padded: int | None
+    real: int | None
+    loss: int | None
+
+
+#: A batch whose tokens are not known.
+NOT_COUNTED = TokenCounts(None, None, None)
+
+
+def batch_token_counts(batch: Any) -> TokenCounts:
+    """The padded, real and loss tokens of a batch of token ids, never waiting for a device.
+
+    A mapping (a tokenizer's ``BatchEncoding``, a collator's dict), alone or as the inputs of an
+    ``(inputs, targets)`` pair whose targets are the labels: padded tokens are the size of its
+    ``input_ids`` (its shape: known wherever the tensor is), real tokens the attention mask's nonzero
+    count (without a mask, every position), loss tokens its ``labels`` other than -100. A mask or
+    labels already on a device are not counted (``None``): reading a count there would wait for the
+    device. :data:`NOT_COUNTED` for anything else.
+    """
+    kind = type(batch)
+    if kind is tuple or kind is list:  # the common (tensor, tensor) pair answered at once
+        if len(batch) != 2 or type(batch[0]) is Tensor or not isinstance(batch[0], Mapping):
+            return NOT_COUNTED
+        counts = batch_token_counts(batch[0])  # ``(inputs, targets)``: the targets are the labels
+        targets = batch[1]
+        if counts.loss is None and isinstance(targets, torch.Tensor) and counts is not NOT_COUNTED:
+            counts = counts._replace(loss=_loss_tokens(targets))
+        return counts
+    if kind is Tensor or not isinstance(batch, Mapping):
+        return NOT_COUNTED
+    ids = batch.get("input_ids")
+    mask = batch.get("attention_mask")
+    labels = batch.get("labels")
+    padded = ids.numel() if isinstance(ids, torch.Tensor) else None
+    real: int | None = None
+    if isinstance(mask, torch.Tensor):
+        if padded is None:
+            padded = mask.numel()
+        if mask.is_cpu:
+            real = int(mask.count_nonzero())
+    else:
+        real = padded
+    loss = _loss_tokens(labels) if isinstance(labels, torch.Tensor) else None
+    if padded is None and real is None and loss is None:
+        return NOT_COUNTED
+    return TokenCounts(padded, real, loss)
+
+
+def _loss_tokens(labels: torch.Tensor) -> int | None:
+    """Labels other than -100, when they are class ids on the host."""
+    if not labels.is_cpu or labels.is_floating_point():
+        return None
+    return int(torch.count_nonzero(labels.ne(IGNORE_INDEX)))
 
 
 def batch_tokens(batch: Any) -> int | None:
@@ -41,19 +110,10 @@ def batch_tokens(batch: Any) -> int | None:
     A mapping (a tokenizer's ``BatchEncoding``, a collator's dict) with an ``attention_mask``: the
     mask's sum (padding left out); without one, the size of its ``input_ids``. ``None`` for anything
     else, and for a mask that is already on a device: summing it there and reading the sum would wait
-    for the device (count such batches with the ``tokens=`` option).
+    for the device (count such batches with the ``tokens=`` option). See :func:`batch_token_counts`
+    for the padded and loss tokens too.
     """
-    if type(batch) in _NO_TOKENS or not isinstance(batch, Mapping):  # the common pairs at once
-        return None
-    mask = batch.get("attention_mask")
-    if isinstance(mask, torch.Tensor):
-        if mask.device.type != "cpu":
-            return None
-        return int(mask.count_nonzero())
-    ids = batch.get("input_ids")
-    if isinstance(ids, torch.Tensor):
-        return ids.numel()
-    return None
+    return batch_token_counts(batch).real
 
 
 def batch_size(obj: Any, _depth: int = 0) -> int | None:

@@ -14,7 +14,7 @@ import torch
 from ..core import PerformanceListener
 from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor, on_cuda_of, worker_pids
-from ._batch import batch_size, batch_tokens
+from ._batch import NOT_COUNTED, TokenCounts, batch_size, batch_token_counts
 from ._collective import CollectiveTimer
 from ._dist_calls import BlockedCalls
 from ._flops import StepFlopCounter, step_format
@@ -25,35 +25,54 @@ from ._setup import Teardown, TrainingSetup, join_cluster, time_collectives, use
 __all__ = [
     "BlockedCalls", "CollectiveTimer", "StepFlopCounter", "Teardown", "TrainingSetup", "hooked_step_levels",
     "loop_hooks", "step_format", "batch_size", "find_fsdp", "join_cluster", "token_counter", "loader_advisor",
-    "on_cuda_of",
+    "on_cuda_of", "NOT_COUNTED", "TokenCounts",
     "process_rank", "time_collectives", "use_model_device", "worker_pids",
 ]
 
 
-def token_counter(listener: PerformanceListener) -> Callable[[Any], int | None]:
-    """How the adapters count a batch's real tokens: the listener's ``tokens=`` function, else
-    :func:`~trainperf.torch._batch.batch_tokens`. A function that raises, or gives something other
-    than a non-negative int or ``None``, is said once and counts nothing from then on: training goes on."""
+def token_counter(listener: PerformanceListener) -> Callable[[Any], TokenCounts]:
+    """How the adapters count a batch's padded, real and loss tokens: :func:`~trainperf.torch._batch.
+    batch_token_counts`, the real ones from the listener's ``tokens=`` function when it was given. A
+    function that raises, or gives something other than a non-negative int or ``None``, is said once
+    and counts no real tokens from then on: training goes on. A batch whose attention mask is already
+    on a device is said once too: its real and loss tokens are not counted (reading a count there
+    would wait for the device), its padded ones are (the shape)."""
     count = listener.options.tokens
+    said_device: list[bool] = []
+
+    def on_device(counts: TokenCounts) -> TokenCounts:
+        if counts.real is None and counts.padded is not None and not said_device:
+            said_device.append(True)
+            warnings.warn("trainperf: the batches' attention mask is on a device when the loader gives them: "
+                          "their real and loss tokens are not counted (that would wait for the device), their "
+                          "padded tokens are; count the real ones with the tokens= option", RuntimeWarning,
+                          stacklevel=3)
+        return counts
+
     if count is None:
-        return batch_tokens
+        def counts_of(batch: Any) -> TokenCounts:
+            counts = batch_token_counts(batch)
+            return counts if counts.real is not None or counts is NOT_COUNTED else on_device(counts)
+
+        return counts_of
     user: Callable[[Any], int | None] = count
     broken: list[str] = []
 
-    def counted(batch: Any) -> int | None:
+    def counted(batch: Any) -> TokenCounts:
+        counts = batch_token_counts(batch)
         if broken:
-            return None
+            return counts._replace(real=None)
         try:
             n = user(batch)
         except Exception as exc:  # noqa: BLE001 - the user's function: said once, training goes on
             broken.append(f"raised {exc!r}")
         else:
             if n is None or (type(n) is int and n >= 0):
-                return n
+                return counts._replace(real=n)
             broken.append(f"returned {n!r}, not a non-negative int or None")
         warnings.warn(f"trainperf: the tokens= function {broken[0]}; tokens are not counted from now on",
                       RuntimeWarning, stacklevel=2)
-        return None
+        return counts._replace(real=None)
 
     return counted
 

@@ -38,6 +38,7 @@ from ..sinks import scalar_metrics
 from ..torch.shared import (
     CollectiveTimer,
     StepFlopCounter,
+    TokenCounts,
     TrainingSetup,
     batch_size,
     step_format,
@@ -80,9 +81,9 @@ class PerformanceCallback(TrainerCallback):
         self.clock: Callable[[], float] = listener.clock
         self.thread = threading.get_ident()
         self.account = StepAccountant(listener.record_step, at=0.0, add_time=listener.add_time,
-                                      add_wait=self._collective_wait)
+                                      add_wait=self._collective_wait, add_tokens=listener.count_tokens)
         self._count_tokens = token_counter(listener)
-        self._fetched: collections.deque[tuple[int | None, int | None]] = collections.deque()  # (samples, tokens)
+        self._fetched: collections.deque[tuple[int | None, TokenCounts]] = collections.deque()  # (samples, tokens)
         self._etl = 0.0  # data wait fetched, not yet handed to the accountant
         self.in_step_fetch = False  # inside the Trainer's get_batch_samples
         self._batches: int | None = None  # what get_batch_samples gave the current step
@@ -192,8 +193,8 @@ class PerformanceCallback(TrainerCallback):
         if etl:
             account.fetch(etl, batch=False)
         for _ in range(min(batches, len(fetched))):
-            samples, tokens = fetched.popleft()
-            account.fetch(0.0, samples=samples, tokens=tokens)
+            samples, (padded, real, loss) = fetched.popleft()
+            account.fetch(0.0, samples=samples, tokens=real, padded=padded, loss=loss)
 
     # -- the step ----------------------------------------------------------------------------
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
