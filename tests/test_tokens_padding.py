@@ -170,3 +170,19 @@ def test_a_padding_verdict_that_persists_is_one_of_the_runs_bottlenecks_with_its
     assert "padding: judged so in 3 of 3 windows" in str(summary)
     assert any("pack sequences" in fix for fix in summary.recommendations)
     assert any("group_by_length=True" in fix for fix in summary.recommendations)
+
+
+def test_the_bulk_reader_reads_the_padding_fields_as_the_line_reader_does(tmp_path, monkeypatch):
+    from trainperf.logs import _bulk, _parse
+
+    records = run(FakeClock(), [(100, 60, 50)] * 8 + [(64, 64, 60)] * 8 + [(100, 60, 50)] * 8,
+                  flops_per_step=2e9, peak_flops=1e12)
+    path = tmp_path / "train.log"
+    path.write_text("".join(format_line(r) + "\n" for r in records * 20))
+    by_line = parse_log(path)
+    monkeypatch.setattr(_parse, "BULK_MIN_BYTES", 0)
+    monkeypatch.setattr(_bulk, "MIN_LINES", 2)
+    in_bulk = parse_log(path)
+    for name in ("tokens", "tokens_padded", "tokens_loss", "padding_share", "mfu_real", "verdict"):
+        assert in_bulk.column(name) == by_line.column(name), name
+    assert by_line.column("tokens_padded")[:6] == [400, 400, None, None, 400, 400]  # none in a packed window's line
