@@ -30,7 +30,7 @@ from trainperf import CaptureRule, MemorySink, PerformanceListener
 def hot_path_us(profile_dir: str | None, calls: int, frequency: int) -> float:
     """Microseconds per ``record_iteration`` (reports included) over ``calls`` calls."""
     listener = PerformanceListener(frequency, sinks=[], report_hardware=False, history=None, verdict=False,
-                                   profile_dir=profile_dir)
+                                   profile_dir=profile_dir, profile_rule=CaptureRule(baseline=False))  # checks only
     record = listener.record_iteration
     began = time.perf_counter()
     for _ in range(calls):
@@ -59,9 +59,10 @@ def capture_run(folder: Path, iterations: int, slow_s: float) -> dict[str, float
         listener.record_iteration(samples=64)
         ends[i] = listener.clock()
     listener.close()
-    (written,) = listener._capture.written if listener._capture is not None else [None]
-    if written is None:
-        raise SystemExit("no capture was taken")
+    anomalies = [w for w in listener._capture.written if not w["baseline"]] if listener._capture is not None else []
+    if len(anomalies) != 1:
+        raise SystemExit(f"expected one capture of the slowdown, got {len(anomalies)}")
+    (written,) = anomalies
     first, last = written["first_iteration"], written["last_iteration"]
     untraced = [ends[i] - ends[i - 1] for i in range(first + 1, 141) if i > last + 1 and i - 1 > last]
     path = Path(written["path"])

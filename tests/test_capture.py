@@ -78,6 +78,10 @@ def run(listener, clock, step_s, n=140, *, work=None, samples=8):
         assert listener._capture.wait(10.0)  # the writer's time passes between iterations, as in real training
 
 
+#: Captures at the first bad window and takes no baseline: the tests of what a capture does, once armed.
+AT_ONCE = CaptureRule(baseline=False, confirm=1)
+
+
 def slow_from_81(i: int) -> float:
     return 0.006 if i >= 81 else 0.001
 
@@ -92,33 +96,46 @@ def use_fake_tracer(listener, **kwargs):
     listener._capture._new_tracer = lambda: FakeTracer(**kwargs)
 
 
+#: For each report frequency, a loop turning 6x slower at iteration 81: the window that ends the
+#: baseline (the third after the warm-up window), and the window that confirms the slowdown (the
+#: second slow window in a row; at 20, the first slow window overlaps the baseline's capture).
+BASELINE_END = {1: 4, 5: 20, 7: 28, 10: 40, 20: 80}
+CONFIRMED_AT = {1: 82, 5: 90, 7: 91, 10: 100, 20: 140}
+
+
 @pytest.mark.parametrize("frequency", [1, 5, 7, 10, 20])
-def test_a_loop_turning_6x_slower_at_81_gets_one_trace_of_iterations_after_80_with_the_real_profiler(
+def test_a_loop_turning_6x_slower_at_81_gets_a_baseline_trace_and_one_of_the_slow_phase_with_the_real_profiler(
         tmp_path, clock, frequency):
     memory = MemorySink()
     w = torch.randn(32, 32)
     with PerformanceListener(frequency, clock=clock, sinks=[memory], profile_dir=tmp_path, sink_thread=False) as lis:
-        run(lis, clock, slow_from_81, work=lambda: (w @ w).relu_().sum())
-    traces = sorted(tmp_path.glob("*.pt.trace.json.gz"))
-    assert len(traces) == 1  # the default interval allows one in this run
-    steps = traced_steps(traces[0])
-    window_end = -(-81 // frequency) * frequency  # the first window holding iteration 81 closes here
-    assert steps == [window_end + 2, window_end + 3, window_end + 4]  # armed at once, one warm-up iteration
+        run(lis, clock, slow_from_81, n=160, work=lambda: (w @ w).relu_().sum())
+    metas = {}
+    for path in tmp_path.glob("*.pt.trace.json.gz"):
+        meta = json.loads(gzip.decompress(path.read_bytes()))["trainperf"]
+        metas["baseline" if meta["baseline"] else "anomaly"] = (path, meta)
+    assert sorted(metas) == ["anomaly", "baseline"]  # the default interval allows one anomaly in this run
+    base_path, base = metas["baseline"]
+    assert base["reason"] == "baseline: the run's first settled windows, fine" and base["severity"] is None
+    assert traced_steps(base_path) == [BASELINE_END[frequency] + k for k in (2, 3, 4)]
+    trace, meta = metas["anomaly"]
+    steps = traced_steps(trace)
+    confirmed = CONFIRMED_AT[frequency]
+    assert steps == [confirmed + 2, confirmed + 3, confirmed + 4]  # armed at once, one warm-up iteration
     assert min(steps) > 80
-    data = json.loads(gzip.decompress(traces[0].read_bytes()))
+    data = json.loads(gzip.decompress(trace.read_bytes()))
     assert any(e.get("name") == "aten::mm" for e in data["traceEvents"])  # what the loop did is in it
     first_mm = min(e["ts"] for e in data["traceEvents"] if e.get("name") == "aten::mm")
     first_step = min(e["ts"] for e in data["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
     assert first_mm >= first_step  # nothing before the first traced iteration
-    assert traces[0].name == f"{lis.host}_{lis.pid}-iter{steps[0]}-{steps[-1]}.pt.trace.json.gz"
-    meta = data["trainperf"]
+    assert trace.name == f"{lis.host}_{lis.pid}-iter{steps[0]}-{steps[-1]}.pt.trace.json.gz"
     assert (meta["trigger_first_iteration"], meta["trigger_last_iteration"], meta["first_iteration"],
-            meta["last_iteration"]) == (window_end - frequency + 1, window_end, steps[0], steps[-1])
-    assert meta["reason"].startswith("p95 6.00 ms > 3 x the run's median 1.00 ms")
+            meta["last_iteration"]) == (confirmed - frequency + 1, confirmed, steps[0], steps[-1])
+    assert meta["reason"] == "p95 6.00 ms > 3 x the run's median 1.00 ms, 2 windows in a row"
+    assert meta["severity"] == pytest.approx(6.0) and meta["baseline"] is False
     assert meta["traced_iteration_ms"] == pytest.approx(6.0) and meta["iterations"] == 3
-    marked = [r for r in memory.records if r.capture is not None]
-    assert marked and all(r.capture == str(traces[0]) for r in marked)
-    assert all(r.iteration > 80 for r in marked)
+    marked = [r for r in memory.records if r.capture == str(trace)]
+    assert marked and all(r.iteration > 80 for r in marked)
     # exactly the windows that overlap the warm-up and traced iterations carry it
     assert {r.iteration for r in marked} == {r.iteration for r in memory.records
                                              if r.first_iteration <= steps[-1] and r.iteration >= steps[0] - 1}
@@ -128,7 +145,7 @@ def test_a_steady_run_captures_nothing_and_its_hot_path_is_the_usual_one(tmp_pat
     memory = MemorySink()
     jitter = [0.0010, 0.0012, 0.0009, 0.0011, 0.0013, 0.0010, 0.0008]
     with PerformanceListener(10, clock=clock, sinks=[memory], profile_dir=tmp_path, sink_thread=False,
-                             profile_rule=CaptureRule(min_interval_s=0.0, max_captures=100)) as lis:
+                             profile_rule=CaptureRule(min_interval_s=0.0, max_captures=100, baseline=False)) as lis:
         use_fake_tracer(lis)
         for i in range(1, 301):
             clock.advance(jitter[i % len(jitter)])
@@ -139,9 +156,9 @@ def test_a_steady_run_captures_nothing_and_its_hot_path_is_the_usual_one(tmp_pat
     assert all(r.capture is None for r in memory.records)
 
 
-def test_a_verdict_turning_bad_captures_once_while_it_stays_bad(tmp_path, clock):
+def test_a_verdict_turning_bad_after_the_baseline_captures_once_while_it_stays_bad(tmp_path, clock):
     with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
-                             profile_rule=CaptureRule(min_interval_s=0.0, max_captures=10)) as lis:
+                             profile_rule=CaptureRule(min_interval_s=0.0, max_captures=10, baseline=False)) as lis:
         use_fake_tracer(lis)
         for i in range(1, 141):
             if i > 40:  # from the fifth window on, half of each iteration waits for data
@@ -151,9 +168,10 @@ def test_a_verdict_turning_bad_captures_once_while_it_stays_bad(tmp_path, clock)
                 clock.advance(0.001)
                 lis.record_iteration(samples=8)
     traces = sorted(tmp_path.glob("*.gz"))
-    assert [traced_steps(t) for t in traces] == [[52, 53, 54]]
+    assert [traced_steps(t) for t in traces] == [[62, 63, 64]]  # 41-50 turned, 51-60 confirmed it
     meta = json.loads(gzip.decompress(traces[0].read_bytes()))["trainperf"]
-    assert meta["reason"] == "verdict turned input-bound" and meta["trigger_last_iteration"] == 50
+    assert meta["reason"] == "verdict turned input-bound (from the baseline's fine), 2 windows in a row"
+    assert meta["trigger_last_iteration"] == 60
 
 
 def test_the_caps_per_run_and_per_interval_hold(tmp_path, clock):
@@ -162,7 +180,8 @@ def test_the_caps_per_run_and_per_interval_hold(tmp_path, clock):
         return 10.0 if (i - 1) // 10 % 5 == 4 else 1.0
 
     with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path / "a", sink_thread=False,
-                             verdict=False, profile_rule=CaptureRule(min_interval_s=0.0, max_captures=2)) as lis:
+                             verdict=False, profile_rule=CaptureRule(min_interval_s=0.0, max_captures=2, baseline=False,
+                                                                     confirm=1)) as lis:
         use_fake_tracer(lis)
         run(lis, clock, step_s, n=500)
     assert len(list((tmp_path / "a").glob("*.gz"))) == 2
@@ -170,7 +189,8 @@ def test_the_caps_per_run_and_per_interval_hold(tmp_path, clock):
 
     # slow windows every 50 iterations = every ~140 s; at most one capture per 300 s
     with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path / "b", sink_thread=False,
-                             verdict=False, profile_rule=CaptureRule(min_interval_s=300.0, max_captures=100)) as lis:
+                             verdict=False, profile_rule=CaptureRule(min_interval_s=300.0, max_captures=100,
+                                                                     baseline=False, confirm=1)) as lis:
         use_fake_tracer(lis)
         started = clock()
         run(lis, clock, step_s, n=1000)
@@ -207,7 +227,8 @@ def test_a_failure_to_write_the_trace_is_one_warning_and_training_goes_on(tmp_pa
 
 def test_a_profiler_that_cannot_start_is_one_warning_and_nothing_is_traced(tmp_path, clock):
     with pytest.warns(RuntimeWarning, match="could not start the profiler for iterations 92-94: RuntimeError"):
-        with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+        with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                                 profile_rule=AT_ONCE) as lis:
             use_fake_tracer(lis, fail_start=True)
             run(lis, clock, slow_from_81)
     assert list(tmp_path.iterdir()) == [] and lis.iteration == 140
@@ -223,7 +244,8 @@ def test_the_profiler_is_called_only_from_the_bad_window_to_the_last_traced_iter
                 calls.append((name, None, lis.iteration))
             return attr
 
-    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                             profile_rule=AT_ONCE) as lis:
         lis._capture._new_tracer = Logged
         run(lis, clock, slow_from_81)
     assert [(name, at) for name, _, at in calls] == [
@@ -231,13 +253,15 @@ def test_the_profiler_is_called_only_from_the_bad_window_to_the_last_traced_iter
 
 
 def test_training_that_ends_while_tracing_keeps_what_was_traced_and_one_warming_up_keeps_nothing(tmp_path, clock):
-    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path / "a", sink_thread=False) as lis:
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path / "a", sink_thread=False,
+                             profile_rule=AT_ONCE) as lis:
         use_fake_tracer(lis)
         run(lis, clock, slow_from_81, n=93)  # armed at 90, warm-up 91, traced 92-93 of 92-94
     (trace,) = (tmp_path / "a").glob("*.gz")
     assert trace.name.endswith("-iter92-94.pt.trace.json.gz")
     assert json.loads(gzip.decompress(trace.read_bytes()))["trainperf"]["last_iteration"] == 93
-    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path / "b", sink_thread=False) as lis:
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path / "b", sink_thread=False,
+                             profile_rule=AT_ONCE) as lis:
         use_fake_tracer(lis)
         run(lis, clock, slow_from_81, n=91)  # only the warm-up iteration ran
     assert not (tmp_path / "b").exists() or list((tmp_path / "b").iterdir()) == []
@@ -247,7 +271,8 @@ def test_training_that_ends_while_tracing_keeps_what_was_traced_and_one_warming_
 def test_the_writers_thread_ends_when_the_listener_closes(tmp_path, clock):
     import threading
 
-    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                             profile_rule=AT_ONCE) as lis:
         use_fake_tracer(lis)
         run(lis, clock, slow_from_81)
         assert any(t.name == "trainperf-capture" for t in threading.enumerate())
@@ -261,7 +286,8 @@ def test_the_writers_thread_ends_when_the_listener_closes(tmp_path, clock):
 def test_the_captures_cost_is_the_profilers_calls_and_the_loops_figures_do_not_pay_it(tmp_path, clock):
     memory = MemorySink()
     with PerformanceListener(10, clock=clock, sinks=[memory], profile_dir=tmp_path / "a" / "b", sink_thread=False,
-                             profile_rule=CaptureRule(iterations=4, max_captures=1)) as lis:
+                             profile_rule=CaptureRule(iterations=4, max_captures=1, baseline=False,
+                                                      confirm=1)) as lis:
         use_fake_tracer(lis, clock=clock, call_s=1000.0)  # far longer than the clock's reading: no % slips by
         run(lis, clock, lambda i: 0.0065 if i >= 81 else 0.001)
     (trace,) = (tmp_path / "a" / "b").glob("*.gz")  # the folders are made
@@ -275,7 +301,8 @@ def test_the_captures_cost_is_the_profilers_calls_and_the_loops_figures_do_not_p
 
 
 def test_the_time_to_write_the_trace_is_reported(tmp_path, clock):
-    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                             profile_rule=AT_ONCE) as lis:
         use_fake_tracer(lis, clock=clock, save_s=500.0)  # the shared fake clock: 500 s pass while it writes
         run(lis, clock, slow_from_81)
     (written,) = lis._capture.written
@@ -303,7 +330,8 @@ class Failing(FakeTracer):
 def test_a_profiler_failing_while_tracing_is_one_warning_and_training_goes_on(tmp_path, clock):
     memory = MemorySink()
     with pytest.warns(RuntimeWarning, match="the profiler failed while tracing iterations 92-94: RuntimeError"):
-        with PerformanceListener(10, clock=clock, sinks=[memory], profile_dir=tmp_path, sink_thread=False) as lis:
+        with PerformanceListener(10, clock=clock, sinks=[memory], profile_dir=tmp_path, sink_thread=False,
+                                 profile_rule=AT_ONCE) as lis:
             lis._capture._new_tracer = lambda: Failing(mark_fails_at=93)
             run(lis, clock, slow_from_81)
     assert list(tmp_path.iterdir()) == [] and lis.iteration == 140 and memory.records[-1].iteration == 140
@@ -314,14 +342,16 @@ def test_a_profiler_failing_while_tracing_is_one_warning_and_training_goes_on(tm
 
 def test_a_profiler_failing_to_stop_when_training_ends_is_one_warning(tmp_path, clock):
     with pytest.warns(RuntimeWarning, match="the profiler failed while stopping: RuntimeError"):
-        with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+        with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                                 profile_rule=AT_ONCE) as lis:
             lis._capture._new_tracer = lambda: Failing(stop_fails=True)
             run(lis, clock, slow_from_81, n=91)  # ends in the warm-up: the profiler is stopped at close
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_bad_warm_up_window_arms_nothing(tmp_path, clock):
-    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                             profile_rule=AT_ONCE) as lis:
         use_fake_tracer(lis)
         for i in range(1, 61):  # the warm-up window waits for data (start-up), the rest do not
             clock.advance(0.001)
@@ -330,7 +360,8 @@ def test_a_bad_warm_up_window_arms_nothing(tmp_path, clock):
 
 
 def test_training_that_ends_at_the_first_traced_iteration_writes_that_one(tmp_path, clock):
-    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                             profile_rule=AT_ONCE) as lis:
         use_fake_tracer(lis)
         run(lis, clock, slow_from_81, n=92)
     (trace,) = tmp_path.glob("*.gz")
@@ -340,7 +371,8 @@ def test_training_that_ends_at_the_first_traced_iteration_writes_that_one(tmp_pa
 
 
 def test_the_last_window_reported_at_close_arms_nothing(tmp_path, clock):
-    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                             profile_rule=AT_ONCE) as lis:
         use_fake_tracer(lis)
         run(lis, clock, slow_from_81, n=85)  # 81-85 is reported by close(), 6x slower
     assert FakeTracer.log == [] and list(tmp_path.iterdir()) == []
@@ -349,7 +381,8 @@ def test_the_last_window_reported_at_close_arms_nothing(tmp_path, clock):
 def test_the_capture_is_logged_and_its_record_line_says_where(tmp_path, clock, caplog):
     memory = MemorySink()
     caplog.set_level(logging.INFO, logger="trainperf")
-    with PerformanceListener(10, clock=clock, sinks=[memory], profile_dir=tmp_path, sink_thread=False) as lis:
+    with PerformanceListener(10, clock=clock, sinks=[memory], profile_dir=tmp_path, sink_thread=False,
+                             profile_rule=AT_ONCE) as lis:
         use_fake_tracer(lis)
         run(lis, clock, slow_from_81)
     path = tmp_path / f"{lis.host}_{lis.pid}-iter92-94.pt.trace.json.gz"
@@ -379,7 +412,8 @@ def test_a_path_that_would_break_the_line_is_shown_by_its_file_name(clock):
 def test_windows_that_overlap_a_capture_neither_trigger_nor_feed_the_median(tmp_path, clock):
     # the traced iterations run 20x slower (a heavy profiler): that must not trigger another capture
     with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
-                             profile_rule=CaptureRule(min_interval_s=0.0, max_captures=10, on_verdict=False)) as lis:
+                             profile_rule=CaptureRule(min_interval_s=0.0, max_captures=10, on_verdict=False,
+                                                      baseline=False, confirm=1)) as lis:
         use_fake_tracer(lis)
         capture = lis._capture
         for i in range(1, 141):
@@ -393,7 +427,7 @@ def test_windows_that_overlap_a_capture_neither_trigger_nor_feed_the_median(tmp_
 def test_the_rank_names_the_file_and_reaches_the_run_directory(tmp_path, clock):
     run_dir = tmp_path / "run"
     with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path / "traces", sink_thread=False,
-                             rank=2, run_dir=run_dir) as lis:
+                             rank=2, run_dir=run_dir, profile_rule=AT_ONCE) as lis:
         use_fake_tracer(lis)
         run(lis, clock, slow_from_81)
     (trace,) = (tmp_path / "traces").glob("*.gz")
@@ -415,7 +449,7 @@ def test_a_trace_over_the_cap_is_trimmed_and_said(tmp_path, clock, caplog):
             w.add(1.0)
 
     with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
-                             profile_rule=CaptureRule(max_mb=0.004)) as lis:
+                             profile_rule=CaptureRule(max_mb=0.004, baseline=False, confirm=1)) as lis:
         run(lis, clock, slow_from_81, work=work)
     (trace,) = tmp_path.glob("*.gz")
     assert trace.stat().st_size <= 4000
@@ -457,38 +491,44 @@ def test_capture_defaults_its_rule():
 
 
 @pytest.mark.realtime
-def test_real_time_a_loop_turning_10x_slower_at_81_is_traced_after_80(tmp_path):
-    """On the real clock, with real sleeps: the trace follows the first window that really slowed down by
-    the stopwatch (the loop's own clock, same run). It comes no earlier than a window whose p95 passed 0.8
-    times the rule's line, and no later than the end of the first window whose p95 passed 1.25 times it:
-    after 80 on a quiet machine, earlier only where a loaded one stalled a window before it."""
+def test_real_time_a_loop_turning_much_slower_at_31_is_traced_after_two_slow_windows(tmp_path):
+    """On the real clock, with real sleeps: the trace follows the first two windows in a row that really
+    slowed down by the stopwatch (the loop's own clock, same run). It comes no earlier than the second of
+    two windows in a row whose p95 passed 0.8 times the rule's line, and no later than the end of the
+    second of two in a row that passed 1.25 times it: after 35 on a quiet machine, earlier only where a
+    loaded one stalled windows before it. The slowdown is large (8 ms to 300 ms sleeps): a loaded machine
+    adds its wake-up delay to every iteration, which shrinks the ratio the rule sees."""
     import itertools
     import statistics
     import time
 
+    frequency, slow_from, n = 5, 31, 55
     w = torch.randn(32, 32)
     memory = MemorySink()
     ends = []
-    rule = CaptureRule(on_verdict=False)
-    with PerformanceListener(10, sinks=[memory], profile_dir=tmp_path, report_hardware=False,
+    rule = CaptureRule(on_verdict=False, baseline=False)
+    with PerformanceListener(frequency, sinks=[memory], profile_dir=tmp_path, report_hardware=False,
                              profile_rule=rule) as lis:
         ends.append(time.perf_counter())
-        for i in range(1, 111):
+        for i in range(1, n + 1):
             (w @ w).sum()
-            time.sleep(0.080 if i >= 81 else 0.008)
+            time.sleep(0.300 if i >= slow_from else 0.008)
             ends.append(time.perf_counter())
             lis.record_iteration(samples=8)
     took = [1000.0 * (b - a) for a, b in itertools.pairwise(ends)]  # each iteration, by the stopwatch
     p50s: list[float] = []
     earliest = latest = None
-    for end in range(20, 111, 10):  # the first window is the warm-up
-        window = took[end - 10:end]
+    passed = {0.8: 0, 1.25: 0}  # windows in a row past each line
+    for end in range(2 * frequency, n + 1, frequency):  # the first window is the warm-up
+        window = took[end - frequency:end]
         p95 = statistics.quantiles(window, n=20, method="inclusive")[-1]
         if len(p50s) >= rule.min_history:
             line = rule.slowdown * statistics.median(p50s)
-            if earliest is None and p95 > 0.8 * line:
+            for share in passed:
+                passed[share] = passed[share] + 1 if p95 > share * line else 0
+            if earliest is None and passed[0.8] >= rule.confirm:
                 earliest = end
-            if latest is None and p95 > 1.25 * line:
+            if latest is None and passed[1.25] >= rule.confirm:
                 latest = end
         p50s.append(statistics.median(window))
     # (a loaded machine raises the running median: the slowdown may pass the upper line only a window later)
@@ -499,7 +539,8 @@ def test_real_time_a_loop_turning_10x_slower_at_81_is_traced_after_80(tmp_path):
     # traced: the iterations after one untraced warm-up iteration past the triggering window
     assert len(steps) == 3 and earliest + 2 <= min(steps) <= latest + 2, (steps, earliest, latest)
     meta = json.loads(gzip.decompress(traces[0].read_bytes()))["trainperf"]
-    assert earliest - 9 <= meta["trigger_first_iteration"] <= latest - 9 and meta["cost_ms"] >= 0.0
+    assert earliest - frequency + 1 <= meta["trigger_first_iteration"] <= latest - frequency + 1
+    assert meta["cost_ms"] >= 0.0
     assert all(r.capture is None for r in memory.records if r.iteration < earliest)
 
 
@@ -518,7 +559,7 @@ def test_on_a_device_the_capture_arms_when_the_late_record_is_published_and_noth
         published_at[record.iteration] = lis.iteration
 
     with PerformanceListener(10, clock=clock, sinks=[memory, when], profile_dir=tmp_path, sink_thread=False,
-                             verdict=False) as lis:
+                             verdict=False, profile_rule=AT_ONCE) as lis:
         use_fake_tracer(lis)
         lis.use_device(0, timeline)
         for i in range(1, 141):
@@ -544,7 +585,8 @@ def test_the_median_and_the_trigger_use_the_windows_median_not_their_mean(tmp_pa
             return 0.015 if i >= 81 else 0.0025
         return 0.006 if i >= 81 else 0.001
 
-    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False, verdict=False) as lis:
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False, verdict=False,
+                             profile_rule=AT_ONCE) as lis:
         use_fake_tracer(lis)
         run(lis, clock, step_s)
     (trace,) = tmp_path.glob("*.gz")
@@ -556,7 +598,7 @@ def test_the_median_and_the_trigger_use_the_windows_median_not_their_mean(tmp_pa
 
 def test_without_percentiles_the_mean_iteration_time_is_used(tmp_path, clock):
     with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
-                             report_iteration=False) as lis:
+                             report_iteration=False, profile_rule=AT_ONCE) as lis:
         use_fake_tracer(lis)
         run(lis, clock, slow_from_81)
     (trace,) = tmp_path.glob("*.gz")
@@ -582,3 +624,77 @@ print("done")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr[-2000:]
+
+
+def captures(folder) -> list[tuple[list[int], dict]]:
+    """Each trace's traced iterations and its ``trainperf`` meta, in the order of their iterations."""
+    out = []
+    for path in folder.glob("*.gz"):
+        out.append((traced_steps(path), json.loads(gzip.decompress(path.read_bytes()))["trainperf"]))
+    return sorted(out, key=lambda c: c[0])
+
+
+def test_a_run_that_starts_input_bound_and_turns_10x_slower_at_100_traces_its_baseline_and_the_slow_phase(
+        tmp_path, clock):
+    """Input-bound from its first windows is the run's nature: one baseline trace says so, and the
+    slowdown at 100 still gets the anomaly budget."""
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+        use_fake_tracer(lis)
+        for i in range(1, 201):
+            clock.advance(0.010 if i >= 100 else 0.001)
+            lis.record_iteration(samples=8, etl=0.001)  # waits for data as long as it computes
+            assert lis._capture.wait(10.0)
+    (base, base_meta), (slow, meta) = captures(tmp_path)
+    assert base == [42, 43, 44] and base_meta["baseline"] is True
+    assert base_meta["reason"] == "baseline: the run's first settled windows, input-bound"
+    assert slow == [112, 113, 114] and meta["baseline"] is False  # 91-100 and 101-110 slow: armed at 110
+    assert meta["reason"].startswith("p95 ") and meta["reason"].endswith(", 2 windows in a row")
+    assert lis._capture.trigger.taken == 1
+
+
+def test_a_load_spike_of_one_window_takes_no_capture_and_the_later_5x_slowdown_is_traced(tmp_path, clock):
+    def step_s(i: int) -> float:
+        if 61 <= i <= 70:  # one window on a loaded machine, the next back to normal
+            return 0.008
+        return 0.005 if i >= 100 else 0.001
+
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False) as lis:
+        use_fake_tracer(lis)
+        run(lis, clock, step_s, n=200)
+    traced = captures(tmp_path)
+    assert [steps for steps, _ in traced] == [[42, 43, 44], [112, 113, 114]]  # nothing after the spike
+    assert [meta["baseline"] for _, meta in traced] == [True, False]
+    assert traced[1][1]["reason"] == "p95 5.00 ms > 3 x the run's median 1.00 ms, 2 windows in a row"
+
+
+def test_a_steady_run_with_spikes_of_one_window_takes_its_baseline_capture_and_no_other(tmp_path, clock):
+    def step_s(i: int) -> float:  # every sixth window is one iteration of a load spike, at 20x
+        return 0.020 if i % 60 == 55 else 0.001
+
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                             profile_rule=CaptureRule(min_interval_s=0.0, max_captures=100)) as lis:
+        use_fake_tracer(lis)
+        run(lis, clock, step_s, n=600)
+    traced = captures(tmp_path)
+    assert [(steps, meta["reason"]) for steps, meta in traced] == [
+        ([42, 43, 44], "baseline: the run's first settled windows, fine")]
+    assert lis._capture.trigger.taken == 0 and lis._capture.trigger.capped == 0
+
+
+def test_a_small_anomaly_traced_first_leaves_room_for_a_larger_one_inside_the_interval(tmp_path, clock):
+    """A verdict that turns input-bound for two windows (61-80, no slower) is traced; the 5x slowdown
+    at 100, minutes sooner than ``min_interval_s``, is more than twice as severe and is traced too."""
+    with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
+                             profile_rule=CaptureRule(baseline=False)) as lis:
+        use_fake_tracer(lis)
+        for i in range(1, 201):
+            clock.advance(0.005 if i >= 100 else 0.001)
+            lis.record_iteration(samples=8, etl=0.001 if 61 <= i <= 80 else 0.0)
+            assert lis._capture.wait(10.0)
+    (blip, blip_meta), (slow, meta) = captures(tmp_path)
+    assert blip == [82, 83, 84]
+    assert blip_meta["reason"] == "verdict turned input-bound (from the baseline's fine), 2 windows in a row"
+    assert blip_meta["severity"] == pytest.approx(1.0)
+    assert slow == [112, 113, 114] and meta["severity"] == pytest.approx(5.0)
+    assert meta["reason"].endswith("; 5.0 x the median, at least 2 x the largest traced (1.0 x)")
+    assert lis._capture.trigger.taken == 2

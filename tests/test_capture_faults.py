@@ -218,7 +218,8 @@ def test_records_name_the_trace_once_it_is_written_even_with_a_report_every_iter
     then name it: every trace a record or a log line names exists."""
     caplog.set_level(logging.INFO, logger="trainperf")
     memory = MemorySink()
-    lis = PerformanceListener(1, clock=clock, sinks=[memory], profile_dir=tmp_path, sink_thread=False)
+    lis = PerformanceListener(1, clock=clock, sinks=[memory], profile_dir=tmp_path, sink_thread=False,
+                              profile_rule=CaptureRule(baseline=False, confirm=1))
     tracer = KinetoLike()
     lis._capture._new_tracer = lambda: tracer
     seen_at: dict[int, int] = {}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FakeClock
-from trainperf import PerformanceListener, run_dir_files, write_run_dir_files
+from trainperf import CaptureRule, PerformanceListener, run_dir_files, write_run_dir_files
 from trainperf.ranks import build_report
 from trainperf.ranks._layout import EVENTS, RANK_FILES
 from trainperf.ranks._report import _load, write_report
@@ -21,6 +21,9 @@ from trainperf.ranks._report._notes import read_notes
 
 BASE = 1_700_000_000.0
 HOSTILE = "<script>alert(1)</script>"
+
+#: Captures at the first slow window, with no baseline capture: one trace, of iterations 92-94.
+AT_ONCE = CaptureRule(baseline=False, confirm=1)
 
 
 def slow_from_81(i: int) -> float:
@@ -270,7 +273,8 @@ def test_a_listener_with_profile_dir_and_run_dir_gets_its_capture_beside_window_
     run_ranks(root, ranks=1, iterations=140)  # rank 0, steady
     clock = FakeClock()
     with PerformanceListener(10, clock=clock, wall_clock=lambda: BASE + clock.now, sinks=[], sink_thread=False,
-                             profile_dir=tmp_path / "traces", rank=1, run_dir=root, report_hardware=False) as lis:
+                             profile_dir=tmp_path / "traces", rank=1, run_dir=root, report_hardware=False,
+                             profile_rule=AT_ONCE) as lis:
         lis._capture._new_tracer = FakeTracer
         for i in range(1, 141):
             clock.advance(slow_from_81(i))
@@ -322,7 +326,7 @@ def _handover_rank(rank: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     clock = FakeClock()
-    profile = {"profile_dir": os.path.join(out, "traces")} if rank == 1 else {}
+    profile = {"profile_dir": os.path.join(out, "traces"), "profile_rule": AT_ONCE} if rank == 1 else {}
     listener = PerformanceListener(10, clock=clock, sinks=[], sink_thread=False, verdict=False, rank=rank,
                                    run_dir=os.path.join(out, f"own-{rank}"), report_hardware=False,
                                    cluster_timeout_s=20.0, **profile)

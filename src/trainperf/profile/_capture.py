@@ -21,7 +21,7 @@ from typing import Any
 from ..base import user_stacklevel
 from ..records import PerformanceRecord
 from ..sinks.shared import LOGGER_NAME, describe, ensure_visible
-from ._rule import CaptureRule, Trigger
+from ._rule import CaptureRule, Firing, Trigger
 from ._trace_file import TraceNotWritten, cause, finish_trace, probe_folder, remove_raw, why_not_written
 from ._tracer import TorchTracer, Tracer
 
@@ -43,7 +43,7 @@ class _Job:
     first: int  #: first traced iteration
     last: int  #: last traced iteration (lowered when training ends before it)
     trigger: tuple[int, int]  #: the triggering window's first and last iteration
-    reason: str
+    firing: Firing  #: why: the baseline, or an anomaly and its severity
     median_ms: float | None  #: the triggering window's median iteration time
     rank: int | None
     world_size: int | None
@@ -56,7 +56,8 @@ class _Job:
         durations = [b - a for a, b in zip(ends, ends[1:], strict=False)]
         return {
             "trigger_first_iteration": self.trigger[0], "trigger_last_iteration": self.trigger[1],
-            "reason": self.reason, "first_iteration": self.first, "last_iteration": self.last,
+            "reason": self.firing.reason, "baseline": self.firing.baseline, "severity": self.firing.severity,
+            "first_iteration": self.first, "last_iteration": self.last,
             "iterations": len(durations),
             "traced_iteration_ms": 1000.0 * sum(durations) / len(durations) if durations else None,
             "trigger_median_ms": self.median_ms, "cost_ms": 1000.0 * self.cost_s,
@@ -119,11 +120,11 @@ class Capture:
         p50 = record.iteration_p50_ms if record.iteration_p50_ms is not None else record.iteration_ms
         p95 = record.iteration_p95_ms if record.iteration_p95_ms is not None else record.iteration_ms
         verdict = record.verdict
-        reason = self.trigger.see(p50, p95, verdict.kind if verdict is not None else None, self._clock())
-        if reason is not None:
-            self._arm(record, first, count, reason, p50)
+        firing = self.trigger.see(p50, p95, verdict.kind if verdict is not None else None, self._clock())
+        if firing is not None:
+            self._arm(record, first, count, firing, p50)
 
-    def _arm(self, record: PerformanceRecord, first: int, count: int, reason: str, median_ms: float | None) -> None:
+    def _arm(self, record: PerformanceRecord, first: int, count: int, firing: Firing, median_ms: float | None) -> None:
         rank, world_size, name = self._who()
         traced = (count + 2, count + 1 + self.rule.iterations)
         path = self.directory / f"{name}-iter{traced[0]}-{traced[1]}.pt.trace.json.gz"
@@ -143,7 +144,7 @@ class Capture:
                 _stop_quietly(tracer)
             self._fail(f"could not start the profiler for iterations {traced[0]}-{traced[1]}: {describe(exc)}")
             return
-        job = _Job(tracer, path, count, traced[0], traced[1], (first, record.iteration), reason, median_ms, rank,
+        job = _Job(tracer, path, count, traced[0], traced[1], (first, record.iteration), firing, median_ms, rank,
                    world_size)
         job.cost_s = self._clock() - began
         self._job = job
@@ -151,7 +152,7 @@ class Capture:
         self._spans.append((count + 1, traced[1], str(path)))
         self._unwritten.add(str(path))
         logger.info("trainperf: iterations %d-%d: %s; profiling iterations %d-%d (the trace goes to %s once "
-                    "written)", first, record.iteration, reason, traced[0], traced[1], self.directory)
+                    "written)", first, record.iteration, firing.reason, traced[0], traced[1], self.directory)
 
     # ------------------------------------------------------------------ the capture
     def step(self, count: int, now: float) -> None:
