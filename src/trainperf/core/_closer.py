@@ -107,6 +107,7 @@ class WindowCloser:
             excluded=window.take_excluded(count, figures.iterations),
             tokens=window.window_tokens(figures.iterations),
             flops=self.flops,
+            shapes=window.shapes,
         )
         pending = self.pending
         record: PerformanceRecord | None

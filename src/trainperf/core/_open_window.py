@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..records import WindowEntry, percentile
+from ._step_flops import StepShape
 
 __all__: list[str] = []
 
@@ -21,9 +22,11 @@ class OpenWindow:
         end: the iteration count at which it closes.
         warmup: whether it is the first window of the run.
         score: the latest loss given in it (read only when it is reported).
+        shapes: how many of its iterations trained on each step shape (adapters that follow the
+            batch's shape add one per iteration; see :mod:`~trainperf.core._step_flops`).
     """
 
-    __slots__ = ("start", "entries", "first_iteration", "end", "warmup", "score", "_tokens", "_tokens_counted",
+    __slots__ = ("start", "entries", "first_iteration", "end", "warmup", "score", "shapes", "_tokens", "_tokens_counted",
                  "_times", "_samples", "_excluded")
 
     def __init__(self) -> None:
@@ -33,6 +36,7 @@ class OpenWindow:
         self.end = 0
         self.warmup = True
         self.score: Any = None
+        self.shapes: dict[StepShape, int] = {}
         self._tokens = 0  # the real tokens of the iterations that counted theirs
         self._tokens_counted = 0  # how many iterations did
         self._times: dict[str, float] = {}
@@ -44,6 +48,7 @@ class OpenWindow:
         self.start = now
         self.entries = []
         self.score = None
+        self.shapes = {}
         self._tokens = self._tokens_counted = 0
         self.end = count + frequency
         self.first_iteration = count + 1
@@ -58,6 +63,11 @@ class OpenWindow:
         """One iteration's real tokens (called only for iterations that counted them)."""
         self._tokens += tokens
         self._tokens_counted += 1
+
+    def add_shape(self, shape: StepShape) -> None:
+        """One iteration trained on a step of ``shape``."""
+        shapes = self.shapes
+        shapes[shape] = shapes.get(shape, 0) + 1
 
     def window_tokens(self, iterations: int) -> int | None:
         """The window's real tokens when each of its ``iterations`` counted them, else ``None``."""

@@ -174,6 +174,8 @@ class PerformanceCallback(_CallbackBase):
         first = account.began is None
         # the batch about to run (its fetch's wait counted where it happened: maybe a step earlier)
         account.fetch(0.0, samples=self._samples_of(batch), tokens=fetched.popleft() if fetched else None)
+        if self._flop_counter is not None:  # each micro-batch's shape, the first before the step's count begins
+            self._flop_counter.add_batch(batch)
         if first:  # the iteration's first micro-batch
             account.begin(self._clock())
             self._step_at_begin = trainer.global_step

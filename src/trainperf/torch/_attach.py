@@ -88,7 +88,7 @@ class Attachment:
         # The iteration's arithmetic; the listener's record_step: the clock's own differences.
         self._account = StepAccountant(listener.record_step, add_time=listener.add_time)
         self._count_tokens = token_counter(listener)  # a batch's real tokens, read as the loader gives it
-        self._flop_counter: StepFlopCounter | None = None  # until training starts, and once counted
+        self._flop_counter: StepFlopCounter | None = None  # until training starts, and once done
         self._started = False
         self._taps_work = False  # a compiled model's forward is not seen: steps alone make iterations
         self.thread = threading.get_ident()  # loader timing counts fetches on this thread only
@@ -156,8 +156,11 @@ class Attachment:
             account = self._account
             if self._timeline is not None and not account.batches:  # no loader seen: it starts here
                 self._timeline.begin()
-            if self._flop_counter is not None:  # the second step's FLOPs are counted, from here
-                self._flop_counter.begin()
+            counter = self._flop_counter
+            if counter is not None:  # a step of a new shape is counted from here
+                if not account.batches:  # no loader: the first micro-batch is this forward's input
+                    counter.add_batch(args if args else kwargs)
+                counter.begin()
             if account.began is None:  # earlier by other models' and late steps: compute, not other
                 account.begin(now - self._peer_busy - self._late_busy)
         elif self._gap is not None:  # a later micro-batch: the iterable timed since the last one's backward
@@ -181,6 +184,8 @@ class Attachment:
                     self._first_input = first
                 elif first is self._first_input or self._seen(first):
                     return None
+        if self._micro and self._flop_counter is not None:  # a later micro-batch (the first is in begin)
+            self._flop_counter.add_batch(args if args else kwargs)
         self._micro += 1
         samples = self._samples
         self._samples = None if n is None or samples is None else samples + n
@@ -218,6 +223,8 @@ class Attachment:
         if n is None:
             n = batch_size(batch)
         account.fetch(wait, samples=n, tokens=self._count_tokens(batch))
+        if self._flop_counter is not None:
+            self._flop_counter.add_batch(batch)
 
     def on_eval_fetch(self, started: float) -> None:
         """A loader fetch with autograd off began at ``started`` on the training thread: between

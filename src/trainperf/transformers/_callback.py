@@ -39,6 +39,7 @@ from ..torch.shared import (
     CollectiveTimer,
     StepFlopCounter,
     TrainingSetup,
+    batch_shape,
     batch_size,
     step_format,
     token_counter,
@@ -82,7 +83,8 @@ class PerformanceCallback(TrainerCallback):
         self.account = StepAccountant(listener.record_step, at=0.0, add_time=listener.add_time,
                                       add_wait=self._collective_wait)
         self._count_tokens = token_counter(listener)
-        self._fetched: collections.deque[tuple[int | None, int | None]] = collections.deque()  # (samples, tokens)
+        # (samples, tokens, (rows, elements) of the input) of each batch fetched
+        self._fetched: collections.deque[tuple[int | None, int | None, tuple[int, int] | None]] = collections.deque()
         self._etl = 0.0  # data wait fetched, not yet handed to the accountant
         self.in_step_fetch = False  # inside the Trainer's get_batch_samples
         self._batches: int | None = None  # what get_batch_samples gave the current step
@@ -145,7 +147,7 @@ class PerformanceCallback(TrainerCallback):
             return  # an evaluation's fetch, or one outside the steps: not the training's data wait
         self._etl += fetch_wait(self.listener.gc_pauses, started, ended)  # its collections count as GC
         if batch is not None:
-            self._fetched.append((batch_size(batch), self._count_tokens(batch)))
+            self._fetched.append((batch_size(batch), self._count_tokens(batch), batch_shape(batch)))
 
     def on_loader(self, loader: Any, iterator: Any) -> None:
         if self._trainer is None or self.in_step_fetch:  # the training loader (accelerate starts it lazily)
@@ -191,9 +193,12 @@ class PerformanceCallback(TrainerCallback):
         account, fetched = self.account, self._fetched
         if etl:
             account.fetch(etl, batch=False)
+        counter = self._flops
         for _ in range(min(batches, len(fetched))):
-            samples, tokens = fetched.popleft()
+            samples, tokens, shape = fetched.popleft()
             account.fetch(0.0, samples=samples, tokens=tokens)
+            if counter is not None and shape is not None:
+                counter.add_rows(*shape)
 
     # -- the step ----------------------------------------------------------------------------
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -228,12 +233,12 @@ class PerformanceCallback(TrainerCallback):
         now = self.clock()
         if self._collective is not None:
             self._collective.on_step(now)
-        if self._flops is not None:
-            self._flops.end()
         batches = self._batches
         if batches is None:  # no Trainer found: the oldest batches fetched, one per micro-batch
             batches = self._micro
             self._hand_over(batches)
+        if self._flops is not None:
+            self._flops.end()
         self._batches = None
         self._micro = 0
         if skipped:
