@@ -249,7 +249,7 @@ def test_an_attention_kernel_the_counter_has_no_formula_for_is_said_once():
     notes = operator_notes(Sdpa(), lambda i: torch.randn(2, 8 * (1 + i % 2), 16))
     assert len(notes) == 1
     assert notes[0].startswith("trainperf: the FLOP count misses ")
-    assert f"calls of {kernels[0]}" in notes[0]
+    assert f"1 call of {kernels[0]}," in notes[0]
     assert notes[0].endswith("MFU undercounts; pass flops_per_step= to give the step's FLOPs")
 
 

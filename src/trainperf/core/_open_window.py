@@ -26,8 +26,8 @@ class OpenWindow:
             batch's shape add one per iteration; see :mod:`~trainperf.core._step_flops`).
     """
 
-    __slots__ = ("start", "entries", "first_iteration", "end", "warmup", "score", "shapes", "_tokens", "_tokens_counted",
-                 "_times", "_samples", "_excluded")
+    __slots__ = ("start", "entries", "first_iteration", "end", "warmup", "score", "shapes", "_tokens",
+                 "_tokens_counted", "_times", "_samples", "_excluded")
 
     def __init__(self) -> None:
         self.start = 0.0

@@ -120,14 +120,14 @@ def _least_squares(rows: list[tuple[float, float, float]], terms: tuple[int, ...
     largest value so that a length's square does not swamp the constant; ``None`` when singular."""
     columns = [[1.0 if t == 0 else row[t - 1] for row in rows] for t in terms]
     scales = [max(abs(v) for v in col) or 1.0 for col in columns]
-    columns = [[v / s for v in col] for col, s in zip(columns, scales)]
+    columns = [[v / s for v in col] for col, s in zip(columns, scales, strict=True)]
     ys = [row[2] for row in rows]
     y_scale = max(abs(y) for y in ys) or 1.0
     ys = [y / y_scale for y in ys]
     k = len(terms)
     # normal equations A^T A x = A^T y, by Gaussian elimination with partial pivoting
-    m = [[sum(a * b for a, b in zip(columns[i], columns[j])) for j in range(k)]
-         + [sum(a * y for a, y in zip(columns[i], ys))] for i in range(k)]
+    m = [[sum(a * b for a, b in zip(columns[i], columns[j], strict=True)) for j in range(k)]
+         + [sum(a * y for a, y in zip(columns[i], ys, strict=True))] for i in range(k)]
     for col in range(k):
         pivot = max(range(col, k), key=lambda r: abs(m[r][col]))
         if abs(m[pivot][col]) < 1e-12:
@@ -136,7 +136,7 @@ def _least_squares(rows: list[tuple[float, float, float]], terms: tuple[int, ...
         for r in range(k):
             if r != col:
                 factor = m[r][col] / m[col][col]
-                m[r] = [a - factor * b for a, b in zip(m[r], m[col])]
+                m[r] = [a - factor * b for a, b in zip(m[r], m[col], strict=True)]
     coefficients = [0.0, 0.0, 0.0]
     for i, t in enumerate(terms):
         coefficients[t] = m[i][k] / m[i][i] / scales[i] * y_scale

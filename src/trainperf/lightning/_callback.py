@@ -227,11 +227,8 @@ class PerformanceCallback(_CallbackBase):
         now = self._clock()
         if self._collective is not None:
             self._collective.on_step(now)
-        counter = self._flop_counter
-        if counter is not None:
-            counter.end()
-            if counter.done:
-                self._flop_counter = None
+        if self._flop_counter is not None and self._flop_counter.end():  # done: no more calls
+            self._flop_counter = None
         self._account.end(now)
 
     # -- the loader hooks (DataLoader.iter() and fetches outside the fetcher's timed next()) --

@@ -156,11 +156,8 @@ class Attachment:
             account = self._account
             if self._timeline is not None and not account.batches:  # no loader seen: it starts here
                 self._timeline.begin()
-            counter = self._flop_counter
-            if counter is not None:  # a step of a new shape is counted from here
-                if not account.batches:  # no loader: the first micro-batch is this forward's input
-                    counter.add_batch(args if args else kwargs)
-                counter.begin()
+            if self._flop_counter is not None:  # a step of a new shape is counted from here; without a
+                self._flop_counter.begin(None if account.batches else args or kwargs)  # loader, on this input
             if account.began is None:  # earlier by other models' and late steps: compute, not other
                 account.begin(now - self._peer_busy - self._late_busy)
         elif self._gap is not None:  # a later micro-batch: the iterable timed since the last one's backward
@@ -185,7 +182,7 @@ class Attachment:
                 elif first is self._first_input or self._seen(first):
                     return None
         if self._micro and self._flop_counter is not None:  # a later micro-batch (the first is in begin)
-            self._flop_counter.add_batch(args if args else kwargs)
+            self._flop_counter.add_batch(args or kwargs)
         self._micro += 1
         samples = self._samples
         self._samples = None if n is None or samples is None else samples + n
@@ -303,11 +300,8 @@ class Attachment:
             self._inputs = []
         if self._collective is not None:
             self._collective.on_step(now)
-        counter = self._flop_counter
-        if counter is not None:
-            counter.end()
-            if counter.done:
-                self._flop_counter = None
+        if self._flop_counter is not None and self._flop_counter.end():  # done: no more calls
+            self._flop_counter = None
         if account.batches:
             account.end(now)
             return

@@ -112,7 +112,10 @@ class StepFlopCounter:
         self._tokens += elements
         self._squares += elements * elements // rows
 
-    def begin(self) -> None:
+    def begin(self, batch: Any = None) -> None:
+        """A step starts; ``batch``: its first micro-batch, when not added before."""
+        if batch is not None:
+            self.add_batch(batch)
         self._steps += 1
         if self._steps >= COUNTED_STEP and self._following and self.shapes.wants(self._first):
             if self.format_now is not None and not self.shapes.counts:
@@ -126,7 +129,9 @@ class StepFlopCounter:
         and the one count is made."""
         return not self._following and self._mode is None
 
-    def end(self) -> None:
+    def end(self) -> bool:
+        """The step ended: a counted one's FLOPs are given, its shape added to the window. Returns
+        :attr:`done`."""
         micro = self._micro
         shape = (micro, self._tokens, self._squares) if micro else None
         first = self._first
@@ -137,6 +142,8 @@ class StepFlopCounter:
             self._counted(mode, shape, first)
         if shape is not None and self._following:
             self._add_shape(shape)
+            return False
+        return self.done
 
     def _counted(self, mode: Any, shape: tuple[int, int, int] | None, first: tuple[int, int] | None) -> None:
         mode.__exit__(None, None, None)

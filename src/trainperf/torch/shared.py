@@ -24,8 +24,8 @@ from ._setup import Teardown, TrainingSetup, join_cluster, time_collectives, use
 
 __all__ = [
     "BlockedCalls", "CollectiveTimer", "StepFlopCounter", "Teardown", "TrainingSetup", "hooked_step_levels",
-    "loop_hooks", "step_format", "batch_shape", "batch_size", "find_fsdp", "join_cluster", "token_counter", "loader_advisor",
-    "on_cuda_of",
+    "loop_hooks", "step_format", "batch_shape", "batch_size", "find_fsdp", "join_cluster", "token_counter",
+    "loader_advisor", "on_cuda_of",
     "process_rank", "time_collectives", "use_model_device", "worker_pids",
 ]
 
