@@ -299,3 +299,18 @@ def test_a_custom_operator_is_said_and_products_outside_torch_give_a_zero_count_
     assert notes == ["trainperf: the FLOP count of a step is 0: its products run in kernels torch cannot count "
                      "(a custom kernel called outside torch's operators): MFU undercounts; pass flops_per_step= "
                      "to give the step's FLOPs"]
+
+
+def test_a_batchs_shape_is_read_from_its_input_ids_else_its_first_tensor():
+    from collections import UserDict
+
+    from trainperf.torch._flops import batch_shape
+
+    ids = torch.zeros(4, 100, dtype=torch.long)
+    assert batch_shape(ids) == (4, 400)
+    assert batch_shape({"attention_mask": torch.ones(4, 7), "input_ids": ids}) == (4, 400)
+    assert batch_shape(UserDict({"labels": torch.ones(2, 3), "pixel_values": torch.ones(2, 3, 8, 8)})) == (2, 6)
+    assert batch_shape((torch.ones(8, 3, 32, 32), torch.zeros(8))) == (8, 8 * 3 * 32 * 32)
+    assert batch_shape({"input_ids": [1, 2, 3]}) is None
+    assert batch_shape(torch.zeros(0, 5)) is None and batch_shape(torch.tensor(3.0)) is None
+    assert batch_shape(["a", "b"]) is None and batch_shape(None) is None

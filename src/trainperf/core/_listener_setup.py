@@ -141,7 +141,8 @@ class ListenerSetup:
         sum of b*L*L)`` over its micro-batches (see :class:`~trainperf.core._step_flops.ShapeFlops`).
         Adapters call it once per iteration, before the iteration is recorded; a window's
         ``flops_per_step`` is then the FLOPs of the shapes its iterations trained on."""
-        self._open.add_shape(shape)
+        shapes = self._open.shapes  # inline: once per iteration
+        shapes[shape] = shapes.get(shape, 0) + 1
 
     def add_advisor(self, advisor: Advisor) -> None:
         """Register a function that, given a bad verdict's kind, names fixes it can see (adapters use this)."""

@@ -64,11 +64,6 @@ class OpenWindow:
         self._tokens += tokens
         self._tokens_counted += 1
 
-    def add_shape(self, shape: StepShape) -> None:
-        """One iteration trained on a step of ``shape``."""
-        shapes = self.shapes
-        shapes[shape] = shapes.get(shape, 0) + 1
-
     def window_tokens(self, iterations: int) -> int | None:
         """The window's real tokens when each of its ``iterations`` counted them, else ``None``."""
         return self._tokens if iterations and self._tokens_counted == iterations else None

@@ -202,20 +202,35 @@ def batch_shape(batch: Any) -> tuple[int, int] | None:
     """``(rows, elements)`` of a batch's input, read from its shape (no device is waited for): a
     mapping's ``input_ids`` (else its first tensor), a tuple's or list's first tensor (the inputs of
     ``(inputs, targets)``), or a tensor itself. ``None`` when there is none, or it has no rows."""
-    if type(batch) is not _TENSOR:
-        if isinstance(batch, Mapping):
-            found = batch.get("input_ids")
-            batch = found if isinstance(found, _TENSOR) else _first_tensor(batch.values())
-        elif isinstance(batch, (tuple, list)):
-            batch = _first_tensor(batch)
-        elif not isinstance(batch, _TENSOR):
-            return None
-        if batch is None:
-            return None
+    kind = type(batch)
+    if kind is dict:  # a collator's dict: answered without the general search
+        batch = batch.get("input_ids")
+        if type(batch) is not _TENSOR:
+            return _general_shape(batch) if batch is not None else None
+    elif kind is not _TENSOR:
+        return _general_shape(batch)
     shape = batch.shape
+    if len(shape) == 2:  # token ids: (rows, length)
+        rows, length = shape
+        return (rows, rows * length) if rows else None
+    return _rows_of(shape)
+
+
+def _general_shape(batch: Any) -> tuple[int, int] | None:
+    if isinstance(batch, Mapping):
+        found = batch.get("input_ids")
+        batch = found if isinstance(found, _TENSOR) else _first_tensor(batch.values())
+    elif isinstance(batch, (tuple, list)):
+        batch = _first_tensor(batch)
+    if not isinstance(batch, _TENSOR):
+        return None
+    return _rows_of(batch.shape)
+
+
+def _rows_of(shape: torch.Size) -> tuple[int, int] | None:
     if not shape or not shape[0]:
         return None
-    return int(shape[0]), batch.numel()
+    return int(shape[0]), int(shape.numel())
 
 
 def _first_tensor(items: Any) -> Any:
