@@ -210,6 +210,38 @@ def bench_shapes(n: int, rounds: int) -> dict[str, float]:
     return paired(run, ["given", "following"], rounds)
 
 
+def bench_shape_calls(n: int, rounds: int) -> float:
+    """Seconds per step of the FLOP counter's calls alone (a micro-batch added, the step begun and
+    ended), steps alternating two shapes already counted: the part of following the shape that
+    the loop above measures with its noise."""
+    import timeit
+    import warnings
+
+    from trainperf.torch._flops import StepFlopCounter
+
+    listener = PerformanceListener(10**12, sinks=[], verdict=False)
+    counter = StepFlopCounter(listener, torch.device("cpu"), "fp32")
+    short, long = ({"input_ids": torch.ones(8, length, dtype=torch.long)} for length in (64, 512))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no products: a count of 0, which is said
+        for batch in (short, long, short, long):
+            counter.begin(batch)
+            counter.end()
+
+    def two_steps() -> None:
+        counter.add_batch(short)
+        counter.begin()
+        counter.end()
+        counter.add_batch(long)
+        counter.begin()
+        counter.end()
+
+    took = min(timeit.repeat(two_steps, number=n, repeat=rounds)) / n / 2
+    empty = min(timeit.repeat(lambda: None, number=n, repeat=rounds)) / n / 2
+    listener.close()
+    return took - empty
+
+
 def bench_tiny(n: int, rounds: int) -> dict[str, float]:
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 2)
@@ -269,6 +301,7 @@ def main() -> None:
     tiny = bench_tiny(n_tiny, rounds)
     fed = bench_loader(n_hooks, rounds)
     shapes = bench_shapes(n_hooks, rounds)
+    shape_calls = bench_shape_calls(n_hooks, rounds)
     memory = bench_memory(mem)
     us = 1e6
     result = {
@@ -284,6 +317,7 @@ def main() -> None:
         "loader_added_non_report_us": (fed["no-report"] - fed["bare"]) * us,
         "shapes_given_us": shapes["given"] * us,
         "shapes_following_ns": (shapes["following"] - shapes["given"]) * 1e9,
+        "shape_calls_ns": shape_calls * 1e9,
         "tiny_bare_us": tiny["bare"] * us,
         "tiny_added_freq10_us": (tiny["freq10"] - tiny["bare"]) * us,
         "tiny_added_freq1_us": (tiny["freq1"] - tiny["bare"]) * us,
@@ -303,7 +337,8 @@ def main() -> None:
     print(f"hooks loop fed by a DataLoader, bare:     {result['loader_bare_us']:7.2f} us/iteration")
     print(f"  listened, no report (loader timed too): +{result['loader_added_non_report_us']:6.2f} us")
     print(f"token batches (64/512), FLOPs given:      {result['shapes_given_us']:7.2f} us/iteration")
-    print(f"  FLOPs following each step's shape:      {result['shapes_following_ns']:+6.0f} ns")
+    print(f"  FLOPs following each step's shape:      {result['shapes_following_ns']:+6.0f} ns"
+          f"  (the counter's calls alone: {result['shape_calls_ns']:.0f} ns)")
     print(f"tiny model step, bare:                    {result['tiny_bare_us']:7.2f} us/iteration")
     print(f"  listened, frequency 10:                 +{result['tiny_added_freq10_us']:6.2f} us")
     print(f"  listened, frequency 1:                  +{result['tiny_added_freq1_us']:6.2f} us")

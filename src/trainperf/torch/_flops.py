@@ -101,8 +101,14 @@ class StepFlopCounter:
     def add_batch(self, batch: Any) -> None:
         """A micro-batch of the step: its input's shape (see :func:`batch_shape`) is followed."""
         shape = batch_shape(batch)
-        if shape is not None:
-            self.add_rows(shape[0], shape[1])
+        if shape is None:
+            return
+        rows, elements = shape  # add_rows, inline: once per micro-batch
+        if not self._micro:
+            self._first = shape
+        self._micro += 1
+        self._tokens += elements
+        self._squares += elements * elements // rows
 
     def add_rows(self, rows: int, elements: int) -> None:
         """A micro-batch of ``rows`` rows and ``elements`` elements in all (``rows * L``)."""
@@ -135,10 +141,12 @@ class StepFlopCounter:
         micro = self._micro
         shape = (micro, self._tokens, self._squares) if micro else None
         first = self._first
-        self._micro = self._tokens = self._squares = 0
-        self._first = None
-        mode, self._mode = self._mode, None
+        if micro:
+            self._micro = self._tokens = self._squares = 0
+            self._first = None
+        mode = self._mode
         if mode is not None:
+            self._mode = None
             self._counted(mode, shape, first)
         if shape is not None and self._following:
             self._add_shape(shape)
