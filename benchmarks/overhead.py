@@ -7,7 +7,9 @@ Two loops are timed, each bare and listened to, in alternating rounds (the media
   cheapest loop torch can run, so what the listener adds is not hidden in the noise of real work. It is
   measured with frequency 10, 1, and one so large that no report happens (the pure
   non-report cost), next to torch's own cost of dispatching one no-op forward pre-hook and next to
-  the floor: the same forward wrapper and a step hook that only read the clock and keep a tuple.
+  the floor: the same forward wrapper and a step hook that only read the clock and keep a tuple;
+* ``shapes``: the ``hooks`` loop fed token batches of two lengths, with FLOPs given and with FLOPs
+  counted and following each step's shape (the cost of following it).
 
 Then memory: 1,000,000 listened iterations of the ``hooks`` loop, traced with tracemalloc, must
 not grow between the 100,000th and the 1,000,000th.
@@ -172,6 +174,74 @@ def bench_loader(n: int, rounds: int) -> dict[str, float]:
     return paired(run, ["bare", "no-report"], rounds)
 
 
+def token_loop(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: object, n: int) -> float:
+    done = 0
+    started = time.perf_counter()
+    while done < n:
+        for batch in loader:  # type: ignore[attr-defined]
+            model(batch["input_ids"])
+            opt.step()
+            done += 1
+    return (time.perf_counter() - started) / done
+
+
+def bench_shapes(n: int, rounds: int) -> dict[str, float]:
+    """The hooks loop fed token batches whose length alternates 64 and 512 by a DataLoader: listened
+    with FLOPs given (the shape is not followed) against listened with the FLOPs counted, which follows
+    each step's shape (its two shapes are counted in the warm-up, outside the timed rounds)."""
+    import warnings
+
+    model = Passthrough()
+    opt = NoOpOptimizer(model.parameters())
+    data = [{"input_ids": torch.ones(8, 64 if i % 2 else 512, dtype=torch.long)} for i in range(1000)]
+    loader = torch.utils.data.DataLoader(data, batch_size=None)
+
+    def run(variant: str) -> float:
+        given = {"flops_per_step": 1e9} if variant == "given" else {}
+        listener = PerformanceListener(10**12, sinks=[], verdict=False, **given)
+        attach(model, listener)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the passthrough's count is 0, which is said
+            token_loop(model, opt, loader, n // 10)
+        result = token_loop(model, opt, loader, n)
+        listener.close()
+        return result
+
+    return paired(run, ["given", "following"], rounds)
+
+
+def bench_shape_calls(n: int, rounds: int) -> float:
+    """Seconds per step of the FLOP counter's calls alone (a micro-batch added, the step begun and
+    ended), steps alternating two shapes already counted: the part of following the shape that
+    the loop above measures with its noise."""
+    import timeit
+    import warnings
+
+    from trainperf.torch._flops import StepFlopCounter
+
+    listener = PerformanceListener(10**12, sinks=[], verdict=False)
+    counter = StepFlopCounter(listener, torch.device("cpu"), "fp32")
+    short, long = ({"input_ids": torch.ones(8, length, dtype=torch.long)} for length in (64, 512))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no products: a count of 0, which is said
+        for batch in (short, long, short, long):
+            counter.begin(batch)
+            counter.end()
+
+    def two_steps() -> None:
+        counter.add_batch(short)
+        counter.begin()
+        counter.end()
+        counter.add_batch(long)
+        counter.begin()
+        counter.end()
+
+    took = min(timeit.repeat(two_steps, number=n, repeat=rounds)) / n / 2
+    empty = min(timeit.repeat(lambda: None, number=n, repeat=rounds)) / n / 2
+    listener.close()
+    return took - empty
+
+
 def bench_tiny(n: int, rounds: int) -> dict[str, float]:
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 2)
@@ -230,6 +300,8 @@ def main() -> None:
     hooks = bench_hooks(n_hooks, rounds)
     tiny = bench_tiny(n_tiny, rounds)
     fed = bench_loader(n_hooks, rounds)
+    shapes = bench_shapes(n_hooks, rounds)
+    shape_calls = bench_shape_calls(n_hooks, rounds)
     memory = bench_memory(mem)
     us = 1e6
     result = {
@@ -243,6 +315,9 @@ def main() -> None:
         "added_freq1_us": (hooks["freq1"] - hooks["bare"]) * us,
         "loader_bare_us": fed["bare"] * us,
         "loader_added_non_report_us": (fed["no-report"] - fed["bare"]) * us,
+        "shapes_given_us": shapes["given"] * us,
+        "shapes_following_ns": (shapes["following"] - shapes["given"]) * 1e9,
+        "shape_calls_ns": shape_calls * 1e9,
         "tiny_bare_us": tiny["bare"] * us,
         "tiny_added_freq10_us": (tiny["freq10"] - tiny["bare"]) * us,
         "tiny_added_freq1_us": (tiny["freq1"] - tiny["bare"]) * us,
@@ -261,6 +336,9 @@ def main() -> None:
     print(f"  listened, frequency 1:                  +{result['added_freq1_us']:6.2f} us")
     print(f"hooks loop fed by a DataLoader, bare:     {result['loader_bare_us']:7.2f} us/iteration")
     print(f"  listened, no report (loader timed too): +{result['loader_added_non_report_us']:6.2f} us")
+    print(f"token batches (64/512), FLOPs given:      {result['shapes_given_us']:7.2f} us/iteration")
+    print(f"  FLOPs following each step's shape:      {result['shapes_following_ns']:+6.0f} ns"
+          f"  (the counter's calls alone: {result['shape_calls_ns']:.0f} ns)")
     print(f"tiny model step, bare:                    {result['tiny_bare_us']:7.2f} us/iteration")
     print(f"  listened, frequency 10:                 +{result['tiny_added_freq10_us']:6.2f} us")
     print(f"  listened, frequency 1:                  +{result['tiny_added_freq1_us']:6.2f} us")

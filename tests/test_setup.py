@@ -38,6 +38,9 @@ class FakeListener:
     def set_flops(self, *args, **kwargs):
         self.calls.append(("flops", args))
 
+    def add_step_shape(self, shape):
+        self.calls.append(("step_shape", shape))
+
     def close(self):
         self.closed += 1
 

@@ -24,6 +24,8 @@ from ._gc import GCMonitor as GCMonitor
 from ._gc import fetch_wait as fetch_wait
 from ._hardware import Probe as Probe
 from ._hardware import Throttled as Throttled
+from ._step_flops import ShapeFlops as ShapeFlops
+from ._step_flops import StepShape as StepShape
 
 if not _TYPE_CHECKING:  # mypy reads the imports above, so a misspelt name stays an error
     __getattr__, __dir__ = _lazy_names(__name__, {

@@ -20,6 +20,7 @@ from ..records import (
     safe_rate,
     speedup,
 )
+from ._flop_policy import window_flops
 from ._options import ListenerOptions
 from ._pending import HostWindow
 
@@ -95,9 +96,10 @@ def build_window_record(
         verdict = judge_padding(verdict, padding, step_s, base_s, iterations=n, previous=previous)
     mean_s = sum(durations) / n
     flops = host.flops
+    per_step = window_flops(flops, host.shapes, n, figures.steps)
     tflops = mfu = None
-    if flops is not None and flops.per_step is not None and window_s > 0.0:
-        rate = flops.per_step * figures.steps / window_s
+    if flops is not None and per_step is not None and window_s > 0.0:
+        rate = per_step * figures.steps / window_s
         tflops = rate / 1e12
         mfu = rate / flops.peak.flops if flops.peak is not None else None
     # By position, in the schema's order (each value is named after it; a test holds the names to the
@@ -135,7 +137,7 @@ def build_window_record(
         host.tokens_padded,  # tokens_padded
         host.tokens_loss,  # tokens_loss
         padding,  # padding_share
-        flops.per_step if flops is not None else None,  # flops_per_step
+        per_step,  # flops_per_step
         flops.peak.describe() if flops is not None and flops.peak is not None else None,  # peak
         ms * etl_s,  # etl_total_ms
         ms * gc_s if options.report_gc else None,  # gc_total_ms

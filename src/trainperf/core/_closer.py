@@ -110,6 +110,7 @@ class WindowCloser:
             tokens_padded=padded,
             tokens_loss=loss,
             flops=self.flops,
+            shapes=window.shapes,
         )
         pending = self.pending
         record: PerformanceRecord | None

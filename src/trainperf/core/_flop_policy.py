@@ -8,6 +8,7 @@ from collections.abc import Callable
 from ..records import Peak
 from ._options import ListenerOptions
 from ._pending import StepFlops
+from ._step_flops import ShapeFlops, StepShape
 
 __all__: list[str] = []
 
@@ -22,6 +23,7 @@ def step_flops(
     number_format: str | None = None,
     recomputed: float = 0.0,
     note: Callable[[str], None] | None = None,
+    by_shape: ShapeFlops | None = None,
 ) -> StepFlops | None:
     """The FLOPs and peak for later records (``None``: neither is known).
 
@@ -35,12 +37,13 @@ def step_flops(
         recomputed: FLOPs activation checkpointing re-runs per step (left out of the model's).
         note: says a note once as a log line, not a warning (``say_once`` when not given): a CPU's
             missing peak, which no one acts on.
+        by_shape: the FLOPs of each step shape counted so far (left out when FLOPs are given).
 
     Example:
         >>> notes = []
         >>> step_flops(ListenerOptions(), notes.append, 2e9, None, device_name="Mystery GPU",
         ...            number_format="bf16")
-        StepFlops(per_step=2000000000.0, peak=None)
+        StepFlops(per_step=2000000000.0, peak=None, by_shape=None)
         >>> notes[0].startswith("no dense peak is known for 'Mystery GPU' in bf16")
         True
     """
@@ -55,4 +58,41 @@ def step_flops(
     if recomputed > 0 and given is None and flops is not None:
         say_once(f"activation checkpointing re-runs {recomputed:.4g} FLOPs per step: left out of the model's "
                  f"{flops:.4g} that MFU counts (hardware FLOPs {flops + recomputed:.4g})")
-    return None if flops is None and peak is None else StepFlops(flops, peak)
+    return None if flops is None and peak is None else StepFlops(flops, peak, None if given is not None else by_shape)
+
+
+def window_flops(flops: StepFlops | None, shapes: dict[StepShape, int], iterations: int, steps: int) -> float | None:
+    """A window's FLOPs per optimizer step: the FLOPs of each iteration's step shape, summed over the
+    window's ``iterations`` and divided by its ``steps``; an iteration whose shape is not known (or
+    not countable yet) does ``flops.per_step``, the first count or the given figure. Without shapes
+    (given FLOPs, an adapter that does not follow them) it is ``flops.per_step``, as counted.
+
+    Example:
+        >>> from ._step_flops import ShapeFlops
+        >>> by_shape = ShapeFlops()
+        >>> by_shape.add((1, 64, 4096), 1e9, 64); by_shape.add((1, 512, 262144), 9e9, 512)
+        >>> window_flops(StepFlops(9e9, None, by_shape), {(1, 64, 4096): 3, (1, 512, 262144): 1}, 4, 4)
+        3000000000.0
+    """
+    if flops is None:
+        return None
+    per_step, by_shape = flops.per_step, flops.by_shape
+    if by_shape is None or not shapes or steps <= 0:
+        return per_step
+    if len(shapes) == 1:  # one shape (a fixed-shape run): its count, exactly
+        ((shape, n),) = shapes.items()
+        one = by_shape.flops(shape)
+        if one is not None and n == iterations == steps:
+            return one
+    total, known = 0.0, 0
+    for shape, n in shapes.items():
+        one = by_shape.flops(shape)
+        if one is None:
+            continue
+        total += one * n
+        known += n
+    if known < iterations:
+        if per_step is None:
+            return None
+        total += per_step * (iterations - known)
+    return total / steps

@@ -24,6 +24,7 @@ from ._options import ListenerOptions
 from ._own_time import OwnTime, UserClock
 from ._publish import Publisher
 from ._readings import HostReadings
+from ._step_flops import ShapeFlops, StepShape
 
 if TYPE_CHECKING:  # a listener with neither loads neither
     from ..profile import Capture
@@ -120,15 +121,28 @@ class ListenerSetup:
         self._readings.set_loader_workers(pids)
 
     def set_flops(self, per_step: float | None = None, peak: Peak | None = None, *,
-                  device_name: str | None = None, number_format: str | None = None, recomputed: float = 0.0) -> None:
+                  device_name: str | None = None, number_format: str | None = None, recomputed: float = 0.0,
+                  by_shape: ShapeFlops | None = None) -> None:
         """The model's FLOPs per optimizer step as an adapter counted them, and the device's peak
         from the table (adapters call it); ``flops_per_step=`` and ``peak_flops=`` given to the
         listener win. Later records carry ``tflops_per_sec`` and, with a peak, ``mfu``. A device
         (``device_name``, ``number_format``) the table has no peak for is said once, and so are
         ``recomputed`` FLOPs (forward passes re-run by activation checkpointing: left out of the
-        model's FLOPs that MFU counts)."""
+        model's FLOPs that MFU counts). ``by_shape``: the FLOPs of each step shape, which the
+        iterations' shapes (:meth:`add_step_shape`) then follow; its notes are said as the listener's."""
+        if by_shape is not None:
+            by_shape.say = self._notices.once
         self._closer.flops = step_flops(self.options, self._notices.once, per_step, peak, device_name=device_name,
-                                        number_format=number_format, recomputed=recomputed, note=self._notices.note)
+                                        number_format=number_format, recomputed=recomputed, note=self._notices.note,
+                                        by_shape=by_shape)
+
+    def add_step_shape(self, shape: StepShape) -> None:
+        """The iteration being recorded trained on a step of ``shape``: ``(micro_batches, sum of b*L,
+        sum of b*L*L)`` over its micro-batches (see :class:`~trainperf.core._step_flops.ShapeFlops`).
+        Adapters call it once per iteration, before the iteration is recorded; a window's
+        ``flops_per_step`` is then the FLOPs of the shapes its iterations trained on."""
+        shapes = self._open.shapes  # inline: once per iteration
+        shapes[shape] = shapes.get(shape, 0) + 1
 
     def add_advisor(self, advisor: Advisor) -> None:
         """Register a function that, given a bad verdict's kind, names fixes it can see (adapters use this)."""

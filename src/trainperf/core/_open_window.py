@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..records import WindowEntry, percentile
+from ._step_flops import StepShape
 
 __all__: list[str] = []
 
@@ -21,10 +22,13 @@ class OpenWindow:
         end: the iteration count at which it closes.
         warmup: whether it is the first window of the run.
         score: the latest loss given in it (read only when it is reported).
+        shapes: how many of its iterations trained on each step shape (adapters that follow the
+            batch's shape add one per iteration; see :mod:`~trainperf.core._step_flops`).
     """
 
-    __slots__ = ("start", "entries", "first_iteration", "end", "warmup", "score", "_tokens", "_tokens_counted",
-                 "_padded", "_padded_counted", "_loss", "_loss_counted", "_times", "_samples", "_excluded")
+    __slots__ = ("start", "entries", "first_iteration", "end", "warmup", "score", "shapes", "_tokens",
+                 "_tokens_counted", "_padded", "_padded_counted", "_loss", "_loss_counted", "_times", "_samples",
+                 "_excluded")
 
     def __init__(self) -> None:
         self.start = 0.0
@@ -33,6 +37,7 @@ class OpenWindow:
         self.end = 0
         self.warmup = True
         self.score: Any = None
+        self.shapes: dict[StepShape, int] = {}
         self._tokens = 0  # the real tokens of the iterations that counted theirs
         self._tokens_counted = 0  # how many iterations did
         self._padded = self._padded_counted = 0  # the same for padded tokens,
@@ -46,6 +51,7 @@ class OpenWindow:
         self.start = now
         self.entries = []
         self.score = None
+        self.shapes = {}
         self._tokens = self._tokens_counted = 0
         self._padded = self._padded_counted = self._loss = self._loss_counted = 0
         self.end = count + frequency

@@ -72,8 +72,9 @@ OPTIONS_DOC = """\
             batch, returning an int or ``None``); by default the attention mask's sum, else the size of
             ``input_ids``, read on the host before the batch moves to a device. Records then carry
             ``tokens`` and ``tokens_per_sec``. A loop of your own passes ``record_iteration(tokens=...)``.
-        flops_per_step: the model's FLOPs per optimizer step (the adapters count them over one step
-            after the first otherwise); records then carry ``tflops_per_sec``.
+        flops_per_step: the model's FLOPs per optimizer step, one figure for every step (the adapters
+            count them otherwise, from the second step on, once per batch shape: a varying shape is
+            followed); records then carry ``tflops_per_sec``.
         peak_flops: the device's dense peak FLOP/s, for ``mfu`` (otherwise taken from
             :func:`~trainperf.peak_flops` for the device and number format the adapters see).
         profile_dir: when a window turns bad (see ``profile_rule``), profile the next iterations with

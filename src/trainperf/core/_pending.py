@@ -14,16 +14,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..records import DeviceTimeline, DeviceWindow, GCStat, Peak, WindowFigures, device_window
+from ._step_flops import ShapeFlops, StepShape
 
 __all__: list[str] = []
 
 
 @dataclass(frozen=True, slots=True)
 class StepFlops:
-    """The model's FLOPs per optimizer step (counted or given) and the peak its MFU is taken against."""
+    """The model's FLOPs per optimizer step (counted or given) and the peak its MFU is taken against;
+    ``by_shape``: the FLOPs of each step shape, when they follow the batch's shape (``per_step`` is
+    then the first count, for iterations whose shape is not known)."""
 
     per_step: float | None
     peak: Peak | None
+    by_shape: ShapeFlops | None = None
 
 
 @dataclass(slots=True)
@@ -45,6 +49,7 @@ class HostWindow:
         tokens: the window's real tokens, when every iteration counted them.
         tokens_padded: its padded tokens, and ``tokens_loss`` its loss tokens, likewise.
         flops: the model's FLOPs per optimizer step and the device's peak, when known.
+        shapes: how many of the window's iterations trained on each step shape.
         capture: the profiler trace of a capture whose iterations overlap the window.
     """
 
@@ -66,6 +71,7 @@ class HostWindow:
     tokens_padded: int | None = None
     tokens_loss: int | None = None
     flops: StepFlops | None = None
+    shapes: dict[StepShape, int] = field(default_factory=dict)
     capture: str | None = None
     excluded: tuple[float, ...] = ()
     times: dict[str, float] = field(default_factory=dict)

@@ -176,6 +176,8 @@ class PerformanceCallback(_CallbackBase):
         # the batch about to run (its fetch's wait counted where it happened: maybe a step earlier)
         padded, real, loss = fetched.popleft() if fetched else shared.NOT_COUNTED
         account.fetch(0.0, samples=self._samples_of(batch), tokens=real, padded=padded, loss=loss)
+        if self._flop_counter is not None:  # each micro-batch's shape, the first before the step's count begins
+            self._flop_counter.add_batch(batch)
         if first:  # the iteration's first micro-batch
             account.begin(self._clock())
             self._step_at_begin = trainer.global_step
@@ -227,11 +229,8 @@ class PerformanceCallback(_CallbackBase):
         now = self._clock()
         if self._collective is not None:
             self._collective.on_step(now)
-        counter = self._flop_counter
-        if counter is not None:
-            counter.end()
-            if counter.done:
-                self._flop_counter = None
+        if self._flop_counter is not None and self._flop_counter.end():  # done: no more calls
+            self._flop_counter = None
         self._account.end(now)
 
     # -- the loader hooks (DataLoader.iter() and fetches outside the fetcher's timed next()) --

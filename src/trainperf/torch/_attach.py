@@ -88,7 +88,7 @@ class Attachment:
         self._account = StepAccountant(listener.record_step, add_time=listener.add_time,  # on the clock's own
                                        add_tokens=listener.count_tokens)  # differences: the iteration's arithmetic
         self._count_tokens = token_counter(listener)  # a batch's tokens, read as the loader gives it
-        self._flop_counter: StepFlopCounter | None = None  # until training starts, and once counted
+        self._flop_counter: StepFlopCounter | None = None  # until training starts, and once done
         self._started = False
         self._taps_work = False  # a compiled model's forward is not seen: steps alone make iterations
         self.thread = threading.get_ident()  # loader timing counts fetches on this thread only
@@ -156,8 +156,8 @@ class Attachment:
             account = self._account
             if self._timeline is not None and not account.batches:  # no loader seen: it starts here
                 self._timeline.begin()
-            if self._flop_counter is not None:  # the second step's FLOPs are counted, from here
-                self._flop_counter.begin()
+            if self._flop_counter is not None:  # a step of a new shape is counted from here; without a
+                self._flop_counter.begin(None if account.batches else args or kwargs)  # loader, on this input
             if account.began is None:  # earlier by other models' and late steps: compute, not other
                 account.begin(now - self._peer_busy - self._late_busy)
         elif self._gap is not None:  # a later micro-batch: the iterable timed since the last one's backward
@@ -181,6 +181,8 @@ class Attachment:
                     self._first_input = first
                 elif first is self._first_input or self._seen(first):
                     return None
+        if self._micro and self._flop_counter is not None:  # a later micro-batch (the first is in begin)
+            self._flop_counter.add_batch(args or kwargs)
         self._micro += 1
         samples = self._samples
         self._samples = None if n is None or samples is None else samples + n
@@ -219,6 +221,8 @@ class Attachment:
             n = batch_size(batch)
         tokens = self._count_tokens(batch)
         account.fetch(wait, samples=n, tokens=tokens.real, padded=tokens.padded, loss=tokens.loss)
+        if self._flop_counter is not None:
+            self._flop_counter.add_batch(batch)
 
     def on_eval_fetch(self, started: float) -> None:
         """A loader fetch with autograd off began at ``started`` on the training thread: between
@@ -297,11 +301,8 @@ class Attachment:
             self._inputs = []
         if self._collective is not None:
             self._collective.on_step(now)
-        counter = self._flop_counter
-        if counter is not None:
-            counter.end()
-            if counter.done:
-                self._flop_counter = None
+        if self._flop_counter is not None and self._flop_counter.end():  # done: no more calls
+            self._flop_counter = None
         if account.batches:
             account.end(now)
             return

@@ -17,15 +17,15 @@ from ._advice import loader_advisor, on_cuda_of, worker_pids
 from ._batch import NOT_COUNTED, TokenCounts, batch_size, batch_token_counts
 from ._collective import CollectiveTimer
 from ._dist_calls import BlockedCalls
-from ._flops import StepFlopCounter, step_format
+from ._flops import StepFlopCounter, batch_shape, step_format
 from ._fsdp import find_fsdp
 from ._registry import hooked_step_levels
 from ._setup import Teardown, TrainingSetup, join_cluster, time_collectives, use_model_device
 
 __all__ = [
     "BlockedCalls", "CollectiveTimer", "StepFlopCounter", "Teardown", "TrainingSetup", "hooked_step_levels",
-    "loop_hooks", "step_format", "batch_size", "find_fsdp", "join_cluster", "token_counter", "loader_advisor",
-    "on_cuda_of", "NOT_COUNTED", "TokenCounts",
+    "loop_hooks", "step_format", "batch_shape", "batch_size", "find_fsdp", "join_cluster", "token_counter",
+    "loader_advisor", "on_cuda_of", "NOT_COUNTED", "TokenCounts",
     "process_rank", "time_collectives", "use_model_device", "worker_pids",
 ]
 

@@ -40,6 +40,7 @@ from ..torch.shared import (
     StepFlopCounter,
     TokenCounts,
     TrainingSetup,
+    batch_shape,
     batch_size,
     step_format,
     token_counter,
@@ -83,7 +84,8 @@ class PerformanceCallback(TrainerCallback):
         self.account = StepAccountant(listener.record_step, at=0.0, add_time=listener.add_time,
                                       add_wait=self._collective_wait, add_tokens=listener.count_tokens)
         self._count_tokens = token_counter(listener)
-        self._fetched: collections.deque[tuple[int | None, TokenCounts]] = collections.deque()  # (samples, tokens)
+        # (samples, tokens, (rows, elements) of the input) of each batch fetched
+        self._fetched: collections.deque[tuple[int | None, TokenCounts, tuple[int, int] | None]] = collections.deque()
         self._etl = 0.0  # data wait fetched, not yet handed to the accountant
         self.in_step_fetch = False  # inside the Trainer's get_batch_samples
         self._batches: int | None = None  # what get_batch_samples gave the current step
@@ -146,7 +148,7 @@ class PerformanceCallback(TrainerCallback):
             return  # an evaluation's fetch, or one outside the steps: not the training's data wait
         self._etl += fetch_wait(self.listener.gc_pauses, started, ended)  # its collections count as GC
         if batch is not None:
-            self._fetched.append((batch_size(batch), self._count_tokens(batch)))
+            self._fetched.append((batch_size(batch), self._count_tokens(batch), batch_shape(batch)))
 
     def on_loader(self, loader: Any, iterator: Any) -> None:
         if self._trainer is None or self.in_step_fetch:  # the training loader (accelerate starts it lazily)
@@ -192,9 +194,12 @@ class PerformanceCallback(TrainerCallback):
         account, fetched = self.account, self._fetched
         if etl:
             account.fetch(etl, batch=False)
+        counter = self._flops
         for _ in range(min(batches, len(fetched))):
-            samples, (padded, real, loss) = fetched.popleft()
+            samples, (padded, real, loss), shape = fetched.popleft()
             account.fetch(0.0, samples=samples, tokens=real, padded=padded, loss=loss)
+            if counter is not None and shape is not None:
+                counter.add_rows(*shape)
 
     # -- the step ----------------------------------------------------------------------------
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -229,12 +234,12 @@ class PerformanceCallback(TrainerCallback):
         now = self.clock()
         if self._collective is not None:
             self._collective.on_step(now)
-        if self._flops is not None:
-            self._flops.end()
         batches = self._batches
         if batches is None:  # no Trainer found: the oldest batches fetched, one per micro-batch
             batches = self._micro
             self._hand_over(batches)
+        if self._flops is not None:
+            self._flops.end()
         self._batches = None
         self._micro = 0
         if skipped:
