@@ -217,10 +217,9 @@ class Attachment:
             # device does after that (the copy to it, zero_grad) is work that free data still needs.
             self._timeline.begin()
         n = pair_size(batch)  # the common (inputs, targets) pair without the general search
-        if n is None:
-            n = batch_size(batch)
-        tokens = self._count_tokens(batch)
-        account.fetch(wait, samples=n, tokens=tokens.real, padded=tokens.padded, loss=tokens.loss)
+        n = batch_size(batch) if n is None else n
+        padded, real, loss = self._count_tokens(batch)
+        account.fetch(wait, samples=n, tokens=real, padded=padded, loss=loss)
         if self._flop_counter is not None:
             self._flop_counter.add_batch(batch)
 
