@@ -56,6 +56,17 @@ def test_process_probe_looks_children_up_at_most_every_rescan_s(clock):
     assert main.scans == 2
 
 
+def test_without_loader_workers_the_probe_never_lists_the_machines_processes(clock):
+    """Listing the children walks every process of the machine: the first report's largest cost."""
+    main = FakeProcess(1, [0.0] * 10, children=[FakeProcess(7, [50.0] * 10)])  # a subprocess, no worker
+    workers: list[int] = []
+    probe = ProcessProbe(main, min_interval_s=0.0, rescan_s=0.0, clock=clock, workers=lambda: workers)
+    assert probe()["workers_cpu_pct"] is None and probe()["cpu_pct"] == 0.0
+    assert main.scans == 0
+    workers.append(7)  # the loader started a worker: it is looked up
+    assert probe()["workers_cpu_pct"] == 50.0 and main.scans == 1
+
+
 def test_without_psutil_there_is_no_probe_and_the_fields_are_none(monkeypatch, clock):
     monkeypatch.setitem(sys.modules, "psutil", None)
     assert process_probe() is None

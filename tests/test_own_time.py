@@ -256,3 +256,75 @@ def test_after_a_move_the_old_threads_own_time_no_longer_stops_the_clock_either_
     assert own.clock.read() == 100.0
     release(key)
     own.close()
+
+
+def test_own_work_may_begin_at_an_earlier_reading_and_the_call_ends_as_own_time():
+    from trainperf.core._own_time import OwnTime
+
+    raw = Raw()
+    own = OwnTime(raw)
+    read = own.clock.read
+    raw.now = 101.0  # the reading that ended the user's iteration
+    raw.now = 101.5  # trainperf checked its arguments, took its lock
+    began = own.begin(at=101.0)
+    raw.now = 102.0
+    own.end(began, new_window=True)
+    assert read() == 101.0 and own.stood_at == 101.0
+    raw.now = 102.25  # leaving the call: frames, the lock
+    own.finish(101.0)
+    assert read() == 101.0 and own.overhead_s == pytest.approx(1.25)
+    raw.now = 103.0
+    own.finish(102.5)  # a call with no own work in it adds nothing, even after an earlier one
+    assert read() == 101.75
+    own.close()
+
+
+def test_a_finish_never_takes_the_time_since_work_that_ended_before_the_call_began():
+    from trainperf.core._own_time import OwnTime
+
+    raw = Raw()
+    own = OwnTime(raw)
+    own.end(own.begin())  # a flush between reports, not followed by a finish
+    raw.now = 110.0  # the user trains
+    own.finish(109.0)
+    assert own.clock.read() == 110.0
+    own.close()
+
+
+def _listener(clock, **options):
+    from trainperf import PerformanceListener
+
+    return PerformanceListener(1, clock=clock, sinks=[], sink_thread=False, report_hardware=False, **options)
+
+
+def test_the_time_to_say_a_warning_after_a_report_is_not_in_the_next_window(clock):
+    import warnings
+
+    listener = _listener(clock)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda *args, **kwargs: clock.advance(0.005)  # formatting, the source line
+        listener.record_iteration()  # no samples: the first report says so in a warning
+        clock.advance(0.010)
+        record = listener.record_iteration()
+    assert record is not None and record.iteration_ms == pytest.approx(10.0)
+    listener.close()
+
+
+def test_a_window_ends_where_the_call_that_reports_it_begins(clock):
+    class CostlyCount(int):
+        """A sample count whose check costs time: the call's work before its first clock reading."""
+
+        def __ge__(self, other):
+            clock.advance(0.004)
+            return int(self) >= other
+
+    listener = _listener(clock, verdict=False)
+    listener.record_iteration(samples=8)
+    records = []
+    for _ in range(3):
+        clock.advance(0.010)
+        records.append(listener.record_iteration(samples=CostlyCount(8)))
+    assert [r.iteration_ms for r in records] == [pytest.approx(10.0)] * 3
+    assert all(r.overhead_ms == pytest.approx(4.0) for r in records[1:])  # the check: trainperf's, said as such
+    listener.close()

@@ -214,3 +214,43 @@ def _speedup_check(attach):
         measured.append(with_loader / loop(in_memory, bare, torch.optim.SGD(bare.parameters(), lr=0.01)))
     assert statistics.median(measured) > 1.5, measured
     assert statistics.median(predicted) == pytest.approx(statistics.median(measured), rel=0.10), (predicted, measured)
+
+
+def _work(i: int, kept: list) -> None:
+    """About 3 ms of a step: a sleep, then some Python work that allocates (the collector has work to do)."""
+    time.sleep(0.0025)
+    kept.append([object() for _ in range(50)])
+    del kept[:-200]
+    end = time.perf_counter() + 0.0005
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.mark.parametrize("report_gc", [False, True])
+def test_at_frequency_1_no_window_is_longer_than_the_stopwatch_around_its_iteration(report_gc):
+    """Each window's iteration time against the user's stopwatch for that iteration: from the return of the
+    previous ``record_iteration`` to this one's call (everything the loop did). No part of trainperf's call (the
+    report, a warning it says, its writer, its first report) may land in a window: none is more than 10% or
+    0.5 ms above."""
+    from trainperf.sinks import MemorySink
+
+    sink = MemorySink(400)
+    listener = PerformanceListener(1, sinks=[sink], report_gc=report_gc)
+    kept: list = []
+    spans = []
+    for i in range(300):
+        started = time.perf_counter()
+        _work(i, kept)
+        ended = time.perf_counter()
+        listener.record_iteration(samples=None if i < 50 else 8)  # "no batch size" said once, in a warning
+        spans.append((started, ended, time.perf_counter()))
+    listener.close()
+    records = sink.records
+    assert [r.iteration for r in records] == list(range(1, 301))
+    above = []
+    for r in records[1:]:  # the warm-up window began at the listener's construction, before any stopwatch
+        i = r.iteration - 1
+        stopwatch_ms = 1000.0 * (spans[i][1] - spans[i - 1][2])
+        if r.iteration_ms - stopwatch_ms > max(0.5, 0.1 * stopwatch_ms):
+            above.append((r.iteration, round(r.iteration_ms, 3), round(stopwatch_ms, 3)))
+    assert not above, above

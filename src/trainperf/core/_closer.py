@@ -68,12 +68,13 @@ class WindowCloser:
         self._publish_all(self.pending.use(timeline), None)
 
     def close(self, window: OpenWindow, last: WindowEntry, count: int, who: tuple[int | None, int | None, int | None],
-              source: str) -> PerformanceRecord | None:
+              source: str, *, began: float | None = None) -> PerformanceRecord | None:
         """Close ``window`` with ``last``, its iteration ``count``; ``who`` is the ``(epoch, rank, device)``
         its record carries and ``source`` what measured the data wait given to the listener. The
         record is built now, or, with a device timeline, once the device has done the window's work:
-        returns the newest record built. The caller opens the next window, then calls :meth:`say`."""
-        began = self.own.begin()
+        returns the newest record built. The caller opens the next window, then calls :meth:`say`.
+        ``began``: the raw clock's reading at which trainperf's work on it began (default: now)."""
+        began = self.own.begin(began)
         try:
             return self._close(window, last, count, who, source)
         finally:
@@ -166,9 +167,18 @@ class WindowCloser:
             window.exclude_before(count, seconds)
 
     def say(self, *, on_cuda: bool) -> None:
-        """Issue the warnings of the records just built, once they have reached every sink."""
-        self.notices.on_cuda = on_cuda
-        self.notices.say(user_stacklevel)
+        """Issue the warnings of the records just built, once they have reached every sink. Saying one
+        is trainperf's own time (the first warning of a run formats it and reads the user's source
+        line: milliseconds), kept out of the window now open."""
+        notices = self.notices
+        notices.on_cuda = on_cuda
+        if not notices.waiting:
+            return
+        began = self.own.begin()
+        try:
+            notices.say(user_stacklevel)
+        finally:
+            self.own.end(began)
 
     def _publish_all(self, done: _Done, count: int | None) -> PerformanceRecord | None:
         record = None

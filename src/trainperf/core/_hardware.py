@@ -105,9 +105,12 @@ class ProcessProbe:
         now = self._clock()
         if self._scanned is None or now - self._scanned >= self._rescan_s:
             self._scanned = now
-            found = {child.pid: child for child in self._process.children(recursive=False)}
-            if self._worker_pids is not None:
-                pids = self._worker_pids()
+            pids = self._worker_pids() if self._worker_pids is not None else None
+            # Listing the children reads every process of the machine (milliseconds to tens of them on a
+            # busy one): not when the loader has no workers to find, a loop without a DataLoader's workers
+            children = self._process.children(recursive=False) if pids is None or pids else ()
+            found = {child.pid: child for child in children}
+            if pids is not None:
                 found = {pid: child for pid, child in found.items() if pid in pids}
             for pid, child in found.items():
                 if pid not in self._children:

@@ -40,9 +40,8 @@ class PerformanceListener(ListenerSetup):
     """Reports data-loading wait, iteration time, throughput, score and GC every ``frequency`` iterations.
 
     The listener knows no framework: adapters (``trainperf.torch``, ``trainperf.lightning``) call
-    :meth:`record_iteration` once per optimizer step. Between reports that call only appends to a
-    few lists and reads the clock; figures are computed, the score is read from the device and
-    lines are formatted only when a window is reported.
+    :meth:`record_iteration` once per optimizer step. Between reports that call only appends to a few lists and
+    reads the clock; figures are computed, the score is read and lines are formatted only when a window is reported.
 
     Args:
 {options}
@@ -192,6 +191,7 @@ class PerformanceListener(ListenerSetup):
                 NaN, infinite, a skipped count above ``steps``, not a number); nothing is recorded.
             RuntimeError: the listener is closed.
         """
+        now = self._clock()  # first: what the call does after it is trainperf's, never the user's
         if _get_ident() != self._owner:
             return self._record_from_other_thread((samples, batches, etl, score, started, other, steps, skipped,
                                                    tokens))
@@ -221,18 +221,21 @@ class PerformanceListener(ListenerSetup):
         count = self._count + 1
         if count < self._next_report:
             self._count = count
-            self._append((self._clock(), etl, started, samples, batches, other, steps, skipped))
+            self._append((now, etl, started, samples, batches, other, steps, skipped))
             if self._timeline is not None:
                 self._timeline.end()
             return None
-        return self._report((self._clock(), etl, started, samples, batches, other, steps, skipped))
+        head = now + self._user_clock.shift  # the raw clock's reading for `now`: own time from there to the return
+        try:
+            return self._report((now, etl, started, samples, batches, other, steps, skipped), head)
+        finally:
+            self._own.finish(head)
 
     def record_step(self, now: float, samples: int | None, batches: int, etl: float, started: float | None,
                     other: float, steps: int, skipped: int, tokens: int | None = None) -> PerformanceRecord | None:
-        """The adapters' entry point: :meth:`record_iteration` for an iteration that ended at ``now``, a
-        reading of :attr:`clock` (not of the raw clock), whose figures are differences of that clock:
-        nothing is checked again and the clock is not read a second time. A
-        :class:`~trainperf.core.StepAccountant` calls it with these arguments, in this order."""
+        """The adapters' entry point: :meth:`record_iteration` for an iteration that ended at ``now``, a reading
+        of :attr:`clock` (not of the raw clock), whose figures are differences of that clock: nothing is checked
+        again. A :class:`~trainperf.core.StepAccountant` calls it with these arguments, in this order."""
         if _get_ident() != self._owner or self._explicit_etl:  # first call, other threads, add_etl
             if started is not None:  # record_iteration takes the raw clock's time
                 started += self._user_clock.shift
@@ -246,12 +249,15 @@ class PerformanceListener(ListenerSetup):
             if self._timeline is not None:
                 self._timeline.end()
             return None
-        return self._report((now, etl, started, samples, batches, other, steps, skipped))
+        head = self._own.raw()  # `now` is the step's end, user callbacks may have run since: own time starts here
+        try:
+            return self._report((now, etl, started, samples, batches, other, steps, skipped), head)
+        finally:
+            self._own.finish(head)
 
     def _record_from_other_thread(self, call: tuple[Any, ...]) -> PerformanceRecord | None:
-        """The first call (types are checked once, here), a call after :meth:`close`, and every
-        call once a second thread has used the listener: those take the lock. ``call`` holds
-        :meth:`record_iteration`'s arguments in its order."""
+        """The first call (types are checked once, here), a call after :meth:`close`, and every call once a second
+        thread has used the listener: those take the lock. ``call``: :meth:`record_iteration`'s arguments."""
         self._handover.left_unlocked()
         with self._lock:
             self._handover.holding()
@@ -274,7 +280,8 @@ class PerformanceListener(ListenerSetup):
                     self._owner = SHARED
 
     # ------------------------------------------------------------------ reporting
-    def _report(self, last: WindowEntry) -> PerformanceRecord | None:
+    def _report(self, last: WindowEntry, head: float | None = None) -> PerformanceRecord | None:
+        """Report ``last``; trainperf's own time began at ``head``, a raw clock reading (lock included)."""
         self._handover.left_unlocked()
         with self._lock:  # another thread's first call waits for a report to end
             self._handover.holding()
@@ -282,7 +289,7 @@ class PerformanceListener(ListenerSetup):
             window = self._open
             capture = self._capture
             if capture is not None and capture.busy:  # the iteration's end, for the profiler
-                began = self._own.begin()
+                began, head = self._own.begin(head), None
                 try:
                     capture.step(self._count, last[0])
                 finally:
@@ -294,31 +301,30 @@ class PerformanceListener(ListenerSetup):
                     window.score = self._closer.pending.stage(window.score)
                 timeline.end()
             if not closes:
-                # An iteration polling windows that wait for the device; or one that passed the
-                # unlocked check just before a second thread took over and reported the window it
-                # would have closed: it joins the next window instead.
+                # An iteration polling windows that wait for the device; or one that passed the unlocked check just
+                # before a second thread took over and reported the window it would have closed: it joins the next.
                 window.entries.append((max(last[0], window.start), *last[1:]))
                 record = self._closer.poll(window, self._count, on_cuda=self.device is not None)
                 if not self._closer.pending and not self._closer.held and not self._capturing():
                     self._next_report = window.end
                 return record
-            return self._report_locked(last)
+            return self._report_locked(last, head)
 
-    def _report_locked(self, last: WindowEntry) -> PerformanceRecord | None:
-        """Close the window that ``last`` ends (see :meth:`WindowCloser.close`)."""
+    def _report_locked(self, last: WindowEntry, head: float | None = None) -> PerformanceRecord | None:
+        """Close the window that ``last`` ends (see :meth:`WindowCloser.close`); own time began at ``head``."""
         try:
             record = self._closer.close(self._open, last, self._count, (self.epoch, self.rank, self.device),
-                                        self._explicit_source)
+                                        self._explicit_source, began=head)
         finally:
-            self._reset_window(self._clock(), first=False)  # where the clock stood still: no gap
+            self._reset_window(self._own.stood_at, first=False)  # where the clock stood still: no gap
         self._closer.say(on_cuda=self.device is not None)
         return record
 
     # ------------------------------------------------------------------ teardown
     def flush(self) -> PerformanceRecord | None:
-        """Report the iterations since the last report now, if there are any (end of training),
-        and every window still waiting for the device, after waiting for it once. Returns the
-        newest record built. On a closed listener there are none: it returns ``None``."""
+        """Report the iterations since the last report now, if there are any (end of training), and every window
+        still waiting for the device, after waiting for it once. Returns the newest record built (``None``
+        on a closed listener)."""
         with self._lock:
             self._claim()
             if self._closed:
@@ -373,9 +379,8 @@ class PerformanceListener(ListenerSetup):
         return record
 
     def _claim(self) -> None:
-        """Called with the lock held by every call from outside the unlocked hot path: a thread other
-        than the recording one makes the listener shared, every call taking the lock from now on
-        (said once, see :meth:`Handover.share`)."""
+        """Called with the lock held by every call from outside the unlocked hot path: a thread other than the
+        recording one makes the listener shared, every call taking the lock from now on (see :meth:`Handover.share`)."""
         owner = self._owner
         if owner is not None and owner >= 0 and owner != _get_ident():
             self._handover.expect(owner)  # before the owner changes: the first thread may see it at once

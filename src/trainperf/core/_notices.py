@@ -60,6 +60,11 @@ class Notices:
         """A bad verdict that persists: warned about once per kind, with its fixes, at the next :meth:`say`."""
         self._bottlenecks.append(verdict)
 
+    @property
+    def waiting(self) -> bool:
+        """Whether :meth:`say` has anything to say."""
+        return bool(self._queued or self._bottlenecks)
+
     def say(self, stacklevel: Callable[[], int]) -> None:
         """Issue what was noted (``stacklevel`` finds the user's own line)."""
         queued, self._queued = self._queued, []

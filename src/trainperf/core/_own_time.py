@@ -150,7 +150,7 @@ class OwnTime:
         raw: the monotonic clock the listener was given.
     """
 
-    __slots__ = ("raw", "clock", "thread", "overhead_s", "_key", "_release", "__weakref__")
+    __slots__ = ("raw", "clock", "thread", "overhead_s", "_last_end", "_key", "_release", "__weakref__")
 
     def __init__(self, raw: Callable[[], float]) -> None:
         self.raw = raw
@@ -161,6 +161,7 @@ class OwnTime:
         self.clock = UserClock(raw, own, Ledger())
         #: trainperf's own seconds since the open window began.
         self.overhead_s = 0.0
+        self._last_end: tuple[float, int] | None = None  # where the latest work ended (raw), on which thread
 
     def move_to_this_thread(self) -> None:
         """The thread that records is not the one that built the listener: trainperf's own time is
@@ -176,11 +177,16 @@ class OwnTime:
         if old is not None:
             release(old)
 
-    def begin(self) -> float:
+    def begin(self, at: float | None = None) -> float:
         """trainperf's own work (a report, a poll of the device) begins: the raw clock's reading, for
-        :meth:`end` (in a ``finally``). A collection that starts before that end is not the user's."""
+        :meth:`end` (in a ``finally``). A collection that starts before that end is not the user's.
+
+        Args:
+            at: when it began on the raw clock, when earlier than now (the reading that ended the
+                user's iteration, at the top of the call that reports it); ``None``: now.
+        """
         self.clock.own.busy += 1
-        return self.raw()
+        return self.raw() if at is None else at
 
     def end(self, began: float, *, new_window: bool = False) -> float:
         """The work begun at ``began`` ended: every listener on this clock and thread leaves it out,
@@ -189,10 +195,32 @@ class OwnTime:
         self.clock.own.busy -= 1
         if new_window:
             self.overhead_s = 0.0
-        seconds = self.raw() - began
-        self.clock.own.add(seconds, self.raw())
+        ended = self.raw()  # one reading: the ledger's mark and the seconds agree
+        seconds = ended - began
+        self.clock.own.add(seconds, ended)
         self.overhead_s += seconds
+        self._last_end = (ended, threading.get_ident())
         return seconds
+
+    @property
+    def stood_at(self) -> float:
+        """Where the clock stood still during the latest work (its reading when that work ended):
+        the next window starts there, not at a later reading that a preempted thread could delay."""
+        ended = self._last_end
+        return self.clock.read() if ended is None else ended[0] - self.clock.shift
+
+    def finish(self, began: float) -> None:
+        """The call that reported, begun at raw time ``began``, returns to the user: its time since its
+        latest work ended (leaving the lock and the frames: microseconds, unless the system runs another
+        process just then) is trainperf's too. Without work in that call, nothing is added."""
+        ended, self._last_end = self._last_end, None
+        if ended is None or ended[0] < began or ended[1] != threading.get_ident():
+            return
+        now = self.raw()
+        seconds = now - ended[0]
+        if seconds > 0.0:
+            self.clock.own.add(seconds, now)
+            self.overhead_s += seconds
 
     def leave_out(self, seconds: float) -> None:
         """``seconds`` the user asked to leave out (they just passed)."""
