@@ -54,6 +54,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "torch/_flops.py": ("tests/test_flops.py", "tests/test_tokens_adapters.py"),
     "profile/_rule.py": ("tests/test_capture_rule.py", "tests/test_capture.py"),
     "profile/_trace_file.py": ("tests/test_trace_file.py",),
+    "records/_padding.py": ("tests/test_tokens_padding.py",),
+    "core/_step_flops.py": ("tests/test_step_flops.py",),
     "profile/_capture.py": ("tests/test_capture.py",),
     "core/_readings.py": ("tests/test_readings.py", "tests/test_attribution.py"),
     "core/_notices.py": ("tests/test_notices.py",),
