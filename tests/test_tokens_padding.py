@@ -14,7 +14,7 @@ import pytest
 
 from conftest import FakeClock
 from trainperf import MemorySink, PerformanceListener, PerformanceRecord, format_line, parse_log
-from trainperf.records import PADDING_SHARE, Verdict, judge_padding, padding_share
+from trainperf.records import PADDING_SHARE, Verdict, judge_padding, padding_share, real_mfu
 from trainperf.sinks import CsvSink, JsonLinesSink
 
 
@@ -186,3 +186,51 @@ def test_the_bulk_reader_reads_the_padding_fields_as_the_line_reader_does(tmp_pa
     for name in ("tokens", "tokens_padded", "tokens_loss", "padding_share", "mfu_real", "verdict"):
         assert in_bulk.column(name) == by_line.column(name), name
     assert by_line.column("tokens_padded")[:6] == [400, 400, None, None, 400, 400]  # none in a packed window's line
+
+
+def test_the_padding_lines_hold_at_their_exact_values():
+    fine = Verdict("fine", 0.0, "")
+    line = PADDING_SHARE / 100.0
+    assert judge_padding(fine, line, 1.0, 1.0).kind == "padding"  # at the line
+    assert judge_padding(fine, line - 1e-6, 1.0, 1.0).kind == "fine"
+    held = line * 0.8  # hysteresis: a padding window holds down to 80% of the line
+    assert judge_padding(fine, held, 1.0, 1.0, previous="padding").kind == "padding"
+    assert judge_padding(fine, held - 1e-6, 1.0, 1.0, previous="padding").kind == "fine"
+    # material: at least 0.5 ms of pads per iteration
+    assert judge_padding(fine, 0.5, 0.001, 0.001).kind == "padding"  # 0.5 ms, one iteration
+    assert judge_padding(fine, 0.5, 0.001 - 1e-7, 0.001).kind == "fine"
+    assert judge_padding(fine, 0.5, 0.0039, 0.004, iterations=4).kind == "fine"  # 0.49 ms each
+    assert judge_padding(fine, 0.5, 0.004, 0.004, iterations=4).kind == "padding"
+    # a bad verdict of the same share keeps the window; the share is capped at the whole window
+    assert judge_padding(Verdict("loop-bound", 40.0, "..."), 0.4, 1.0, 1.0).kind == "loop-bound"
+    capped = judge_padding(fine, 1.0, 2.0, 1.0)
+    assert capped.kind == "padding" and capped.share == 100.0
+    said = judge_padding(fine, 0.31, 1.0, 1.0)
+    assert said.share == 31.0 and said.reason.startswith("31% of step computing padding (31% of its tokens are pads)")
+
+
+def test_nothing_to_judge_leaves_the_verdict_as_it_is():
+    fine = Verdict("fine", 0.0, "")
+    for share, window_s in [(None, 1.0), (0.0, 1.0), (-0.1, 1.0), (0.9, 0.0), (0.9, -1.0)]:
+        assert judge_padding(fine, share, 1.0, window_s) is fine
+    assert padding_share(10, 0) is None and padding_share(None, 10) is None and padding_share(10, None) is None
+    assert padding_share(12, 10) == 0.0 and padding_share(6, 10) == pytest.approx(0.4)
+    assert real_mfu(None, 0.4) is None and real_mfu(0.5, None) is None
+    assert real_mfu(0.5, 0.4) == pytest.approx(0.3)
+
+
+def test_the_padding_warning_reads_as_a_sentence():
+    import warnings
+
+    from trainperf.core import BottleneckWarning
+
+    clock = FakeClock()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with PerformanceListener(2, clock=clock, sinks=[], sink_thread=False, report_hardware=False) as lst:
+            for _ in range(8):
+                clock.advance(0.010)
+                lst.count_tokens(100, None)
+                lst.record_iteration(samples=4, tokens=50)
+    said = [str(w.message) for w in caught if issubclass(w.category, BottleneckWarning)]
+    assert said and said[0].startswith("trainperf: training computes padding (50% of step computing padding"), said

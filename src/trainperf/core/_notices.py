@@ -13,6 +13,9 @@ from ._hardware import worker_tips
 
 __all__ = ["BottleneckWarning"]
 
+#: How a warning names a verdict kind that is not an "X-bound" state.
+_STATES = {"padding": "computes padding", "cpu-contention": "is slowed by CPU contention"}
+
 Advisor = Callable[[str], Sequence[str]]
 
 
@@ -76,7 +79,8 @@ class Notices:
                 continue
             self._warned.add(verdict.kind)
             text = "\n".join(f"  - {fix}" for fix in self.fixes_for(verdict.kind))
-            warnings.warn(f"trainperf: training is {verdict.kind} ({verdict.reason}). Likely fixes:\n{text}",
+            state = _STATES.get(verdict.kind, f"is {verdict.kind}")
+            warnings.warn(f"trainperf: training {state} ({verdict.reason}). Likely fixes:\n{text}",
                           BottleneckWarning, stacklevel=stacklevel())
 
     def fixes_for(self, kind: str) -> list[str]:

@@ -126,7 +126,8 @@ _RANKS_NOTE = (
     "the whole step (forward, backward with the wait in its collectives, optimizer step: <code>compute_ms</code>), "
     "the optimizer step from the end of the backward pass to the end of <code>optimizer.step()</code> "
     "(<code>step_ms</code>). TFLOP/s not measured: no FLOP count per step (the adapters count a step of each new "
-    "batch shape from the second on; a loop of its own passes <code>flops_per_step=</code>). MFU not measured: no FLOP count, or no peak known "
+    "batch shape from the second on; a loop of its own passes <code>flops_per_step=</code>). MFU not measured: "
+    "no FLOP count, or no peak known "
     "for the device (<code>peak_flops=</code>); above 100%, the peak or the FLOP count is wrong.")
 
 
