@@ -155,6 +155,14 @@ def test_attach_follows_gradient_accumulation_over_micro_batches_of_different_le
     check_windows(train_attached(steps, frequency=3), steps)
 
 
+def test_attach_follows_accumulation_whose_first_micro_batch_never_changes(counted):
+    """Only the later micro-batches vary: the steps are counted by their whole shape, not the first's."""
+    lengths = [(256, a, b) for a, b in [(32, 768), (128, 32), (768, 128), (32, 32), (768, 768), (128, 768)] * 3]
+    steps = [[batch(2, length, seed=10 * i + j) for j, length in enumerate(step)] for i, step in enumerate(lengths)]
+    check_windows(train_attached(steps, frequency=6), steps)
+    assert 4 <= len(counted) <= flops_module.ShapeFlops().max_counts
+
+
 def test_a_fixed_shape_run_counts_one_step_and_gives_its_count_exactly(counted):
     steps = [[batch(2, 128, seed=i)] for i in range(12)]
     records = train_attached(steps)

@@ -30,6 +30,33 @@ def test_a_counted_shape_is_exact_and_a_repeated_first_micro_batch_is_not_counte
     assert shapes.flops(shape(4, 64)) == 123.0
 
 
+def test_a_step_of_a_shape_not_counted_has_the_next_step_counted_whatever_its_first_micro_batch():
+    shapes = ShapeFlops()
+    first = (4, 1024)  # under accumulation the first micro-batch may never change while the others do
+    shapes.add(shape(4, 256, micro=3), transformer(4, 256, micro=3), first)
+    shapes.passed(shape(4, 256, micro=3))  # a counted shape going by owes nothing
+    assert not shapes.wants(first)
+    shapes.passed((3, 4 * (256 + 32 + 768), 4 * (256**2 + 32**2 + 768**2)))
+    assert shapes.wants(first)  # the next step is counted, though it starts as the counted one did
+    shapes.add(shape(4, 100, micro=3), transformer(4, 100, micro=3), first)
+    assert not shapes.wants(first)  # paid
+    for length in (30, 500, 700):
+        shapes.add(shape(4, length, micro=3), transformer(4, length, micro=3), first)
+    assert shapes.trusted
+    shapes.passed(shape(4, 999, micro=3))  # once the fit holds nothing more is counted
+    assert not shapes.wants(first) and not shapes.owed
+
+
+def test_nothing_is_owed_before_the_first_count_or_once_the_cap_is_reached():
+    shapes = ShapeFlops(max_counts=2)
+    shapes.passed(shape(4, 64))  # before the first count (the first step is never counted)
+    assert not shapes.owed
+    shapes.add(shape(4, 64), 1.0, (4, 64))
+    shapes.add(shape(4, 128), 2.0, (4, 128))
+    shapes.passed(shape(4, 999))
+    assert not shapes.wants((4, 64))  # the cap
+
+
 def test_three_counted_lengths_determine_the_fit_and_a_fourth_that_agrees_makes_it_trusted():
     shapes = ShapeFlops()
     for length in (16, 100, 700):

@@ -10,8 +10,11 @@ linear and quadratic in the length (the products, and attention), with a constan
 A shape counted once is known exactly from then on (:meth:`ShapeFlops.add`); three distinct counted
 shapes determine the three constants, and the fit is trusted once it predicts a further count within
 :data:`TOLERANCE`. Until then, adapters count each step whose first micro-batch has a shape no counted
-step began with, at most ``max_counts`` steps per run: dynamic padding over hundreds of lengths
-costs a handful of counted steps. Pure arithmetic on plain numbers: it knows no framework.
+step began with, and the step after one whose whole shape was not counted (under gradient accumulation
+the later micro-batches may vary while the first does not), at most ``max_counts`` steps per run:
+dynamic padding over hundreds of lengths costs a handful of counted steps. The steps before the fit
+holds carry its approximation (one counted shape: FLOPs in proportion to the tokens). Pure arithmetic
+on plain numbers: it knows no framework.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ class ShapeFlops:
         41210
     """
 
-    __slots__ = ("max_counts", "say", "counted", "firsts", "counts", "trusted", "worst", "_fit")
+    __slots__ = ("max_counts", "say", "counted", "firsts", "counts", "trusted", "worst", "owed", "_fit")
 
     def __init__(self, max_counts: int = MAX_COUNTS, say: Callable[[str], None] | None = None) -> None:
         if isinstance(max_counts, bool) or not isinstance(max_counts, int) or max_counts < 1:
@@ -59,6 +62,7 @@ class ShapeFlops:
         self.counts = 0
         self.trusted = False
         self.worst = 0.0  # the largest relative miss of a fit's prediction against a later count
+        self.owed = False  # a step of a shape not counted went by: the next step is counted
         self._fit: tuple[float, float, float] | None = None  # (c0, c1, c2)
 
     def wants(self, first: object) -> bool:
@@ -67,11 +71,18 @@ class ShapeFlops:
             return False
         if first is None:  # no shape: the first count is all there is
             return self.counts == 0
-        return first not in self.firsts
+        return self.owed or first not in self.firsts
+
+    def passed(self, shape: StepShape) -> None:
+        """A step of ``shape`` went by without being counted: while the fit does not hold, a shape not
+        counted yet has the next step counted (whatever its first micro-batch)."""
+        if not self.trusted and self.counts and shape not in self.counted:
+            self.owed = True
 
     def add(self, shape: StepShape, flops: float, first: object = None) -> None:
         """A counted step of ``shape`` (its first micro-batch ``first``) did ``flops``."""
         self.counts += 1
+        self.owed = False
         self.firsts.add(first)
         if shape in self.counted:
             self.counted[shape] = flops

@@ -148,6 +148,8 @@ class StepFlopCounter:
         if mode is not None:
             self._mode = None
             self._counted(mode, shape, first)
+        elif shape is not None and self._following:
+            self.shapes.passed(shape)
         if shape is not None and self._following:
             self._add_shape(shape)
             return False
