@@ -118,3 +118,39 @@ def test_a_fixed_shape_gives_its_count_exactly():
     count = 0.1 + 0.2  # a float that a sum and a division would not give back exactly
     shapes.add(one, count, (3, 7))
     assert window_flops(StepFlops(count, None, shapes), {one: 3}, 3, 3) == count
+
+
+def test_shapes_that_cannot_tell_the_terms_apart_fall_back_to_fewer_terms():
+    # one length only: b*L*L is L times b*L in every shape, so the square cannot be told from the rest
+    rows = {shape(b, 64): 7.0 * b * 64 + 100.0 for b in (1, 2, 4)}
+    c0, c1, c2 = fit_flops(rows)
+    assert c2 == 0.0 and c0 == pytest.approx(100.0) and c1 == pytest.approx(7.0)
+    two = {shape(b, 64): 7.0 * b * 64 for b in (1, 2)}  # two shapes of one length: in proportion to tokens
+    assert fit_flops(two) == pytest.approx((0.0, 7.0, 0.0))
+    one = {shape(2, 64): 256.0}
+    assert fit_flops(one) == pytest.approx((0.0, 2.0, 0.0))
+    assert fit_flops({}) is None
+
+
+def test_a_count_of_zero_flops_is_trusted_only_when_the_fit_says_zero_too():
+    zero = ShapeFlops()
+    for length in (16, 100, 700, 300):
+        zero.add(shape(4, length), 0.0, (4, length))
+    assert zero.trusted and zero.worst == 0.0 and zero.flops(shape(4, 50)) == 0.0
+    shapes = ShapeFlops()
+    for length in (16, 100, 700):
+        shapes.add(shape(4, length), transformer(4, length), (4, length))
+    shapes.add(shape(4, 300), 0.0, (4, 300))  # a step whose products ran where the counter cannot see
+    assert not shapes.trusted and shapes.worst == 1.0
+
+
+def test_the_fit_is_trusted_within_its_tolerance_and_the_worst_miss_is_kept():
+    from trainperf.core._step_flops import TOLERANCE
+
+    for off, trusted in ((0.5 * TOLERANCE, True), (2.0 * TOLERANCE, False)):
+        shapes = ShapeFlops()
+        for length in (16, 100, 700):
+            shapes.add(shape(4, length), transformer(4, length), (4, length))
+        shapes.add(shape(4, 300), transformer(4, 300) * (1 + off), (4, 300))
+        assert shapes.trusted is trusted
+        assert shapes.worst == pytest.approx(off / (1 + off), rel=1e-3)
