@@ -471,18 +471,19 @@ def test_holistic_trace_analysis_reads_each_ranks_capture_and_its_steps(tmp_path
     hta = integration("hta.trace_analysis")
     w = torch.randn(32, 32)
     for rank in (0, 1):
+        # HTA reads one trace per rank from a folder: the slowdown's only, no baseline capture
         with PerformanceListener(10, clock=clock, sinks=[], profile_dir=tmp_path, sink_thread=False,
-                                 rank=rank) as lis:
+                                 rank=rank, profile_rule=CaptureRule(baseline=False)) as lis:
             run(lis, clock, slow_from_81, work=lambda: (w @ w).sum())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0-iter92-94.pt.trace.json.gz",
-                                                          "rank1-iter92-94.pt.trace.json.gz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0-iter102-104.pt.trace.json.gz",
+                                                          "rank1-iter102-104.pt.trace.json.gz"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         analyzer = hta.TraceAnalysis(trace_dir=str(tmp_path), include_last_profiler_step=True)
     assert sorted(analyzer.t.get_ranks()) == [0, 1]
     for rank in (0, 1):
         iterations = set(analyzer.t.get_trace(rank)["iteration"])
-        assert {92, 93, 94} <= iterations
+        assert {102, 103, 104} <= iterations
 
 
 def test_capture_defaults_its_rule():
