@@ -40,13 +40,14 @@ class TinyLM(torch.nn.Module):
         return (loss * attention_mask.flatten()).sum() / attention_mask.sum()
 
 
-def lightning_lm(pl, **attributes):  # type: ignore[no-untyped-def]
-    """A LightningModule training TinyLM on dict batches, with class ``attributes`` set on it."""
+def lightning_lm(pl, lm: type[torch.nn.Module] = TinyLM, **attributes):  # type: ignore[no-untyped-def]
+    """A LightningModule training ``lm`` (a model taking a dict batch's keys, giving its loss) on dict
+    batches, with class ``attributes`` set on it."""
 
     class Module(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.lm = TinyLM()
+            self.lm = lm()
 
         def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
             return self.lm(**batch)

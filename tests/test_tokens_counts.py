@@ -203,19 +203,10 @@ def test_a_40_percent_padded_run_is_judged_padding_and_a_packed_run_is_not():
 @pytest.mark.parametrize("accumulate", [1, 4])
 def test_lightning_gives_each_window_the_exact_counts_with_accumulation(tmp_path, accumulate):
     pl = pytest.importorskip("pytorch_lightning")
+    from test_tokens_adapters import lightning_lm
     from trainperf.lightning import PerformanceCallback
 
-    class Module(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lm = TinyLM()
-
-        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
-            return self.lm(**batch)
-
-        def configure_optimizers(self):  # type: ignore[no-untyped-def]
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
+    Module = lightning_lm(pl, TinyLM)
     batches, truth = known_batches(24, seed=8)
     memory = MemorySink()
     callback = PerformanceCallback(8 // accumulate, sinks=[memory], report_hardware=False, peak_flops=1e9)
