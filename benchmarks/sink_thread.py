@@ -1,14 +1,23 @@
-"""What the sinks cost the training thread: inline (``sink_thread=False``) against the writer thread,
-in one run, on the same loops.
+"""What the sinks cost: each sink's work per record against a hand-written equivalent, and what the
+training thread of an ``attach`` loop at frequency 1 pays with sinks against without, in one run.
 
-* ``report``: the training thread's time per report (``record_iteration`` on a report iteration,
-  minus a non-report one) with the default logging sink (to a file handler) and a JSON-lines sink,
-  twice: back to back (every call reports, so the writer thread competes with the training thread
-  for the interpreter all along), and with 1 ms between reports in which the training thread does
-  not hold the interpreter (as in a step that runs in torch's kernels): each report timed alone;
-* ``slow sink``: a loop of 1 ms steps reporting every 10 iterations to a sink that takes 20 ms,
-  against the same loop with no listener: how much longer the loop takes.
+* ``per record``: each sink (``LoggingSink`` to a file handler, ``JsonLinesSink``, ``CsvSink``,
+  ``RunDirSink``'s window lines) against the code a user would write for the same output (one
+  f-string and ``logger.info``; ``json.dumps`` of the record's fields; ``csv.writer``), fed the same
+  records, each written and flushed one at a time; the hand-written output is checked to be the
+  sink's, byte for byte. The sinks are also timed as the writer thread drives them (a batch of the
+  records queued at once), which is their cost in a run.
+* ``attach loop``: a small MLP trained under :func:`trainperf.torch.attach` at frequency 1, bare,
+  with a listener and no sink, and with a logging and a JSON-lines sink (on the writer thread, and
+  inline for reference). The timed stretch ends when every record is written (``flush``), so work
+  the writer left for later is counted. Two loaders: one in memory (the training thread runs Python
+  but for torch's kernels), and one that waits 1 ms for each batch (as for worker processes), in
+  which the writer can work while the training thread does not hold the interpreter.
+* ``slow sink``: 1 ms steps reporting every 10 iterations to a sink that takes 20 ms, against the
+  same loop with no listener.
 
+Targets: each sink at most 1.2x its hand-written equivalent; the attach loop's cost with the two
+sinks at most 1.5x its cost with none; the slow sink not slowing the loop.
 Rounds alternate between the variants; the median round counts.
 
 Run: ``python benchmarks/sink_thread.py [--quick]``.
@@ -17,59 +26,271 @@ Run: ``python benchmarks/sink_thread.py [--quick]``.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
+import json
 import logging
+import platform
+import random
 import statistics
 import tempfile
 import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
-from trainperf import PerformanceListener
-from trainperf.sinks import JsonLinesSink, LoggingSink
+import torch
 
+from trainperf import GCStat, PerformanceListener, PerformanceRecord, Verdict
+from trainperf.sinks import CsvSink, JsonLinesSink, LoggingSink, RunDirSink
+from trainperf.torch import attach, timed
+
+torch.set_num_threads(1)
+
+
+def records(n: int, seed: int = 0) -> list[PerformanceRecord]:
+    """``n`` records as a listener writes them at frequency 1 on the CPU (the fields it fills)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        it = rng.uniform(0.2, 3.0)
+        etl = rng.uniform(0.0, 0.5)
+        out.append(PerformanceRecord(
+            iteration=i + 1, window_iterations=1, window_s=it / 1e3, warmup=False, timestamp=1.8e9 + i * it / 1e3,
+            etl_ms=etl, etl_max_ms=etl, iteration_ms=it, iteration_p50_ms=it, iteration_p95_ms=it,
+            iteration_max_ms=it, samples_per_sec=32e3 / it, batches_per_sec=1e3 / it, score=rng.uniform(0.1, 1.0),
+            gc=(GCStat("gen0", rng.randint(0, 1), rng.random() / 10),) if rng.random() < 0.1 else (),
+            host="node-1", pid=4242, epoch=i // 500, samples=32, batches=1, etl_total_ms=etl,
+            compute_ms=it - etl, other_ms=0.0, optimizer_steps=1, etl_source="loader",
+            overhead_ms=rng.uniform(0.02, 0.08), first_iteration=i + 1, speedup_if_data_free=it / (it - etl),
+            speedup_if_gc_free=1.0, cpu_pct=rng.uniform(90, 110), rss_mb=rng.uniform(400, 410),
+            verdict=Verdict("fine", etl / it * 100, f"data wait {etl / it * 100:.0f}%, GC 0% of step"),
+        ))
+    return out
+
+
+# --- per record ------------------------------------------------------------------------------------
+
+def hand_line(r: PerformanceRecord) -> str:
+    """The line a user would write with one f-string, for the records above (their fields, their order)."""
+    gc = "".join(f"GC: [{s.name}: {s.count} ({s.ms:.2f}ms)]; " for s in r.gc)
+    v = r.verdict
+    assert v is not None
+    return (f"ETL: {r.etl_ms:.2f} ms; iteration {r.iteration}; iteration time: {r.iteration_ms:.2f} ms; "
+            f"samples/sec: {r.samples_per_sec:.1f}; batches/sec: {r.batches_per_sec:.1f}; score: {r.score:.3g}; "
+            f"{gc}iteration p50: {r.iteration_p50_ms:.2f} ms; p95: {r.iteration_p95_ms:.2f} ms; "
+            f"max: {r.iteration_max_ms:.2f} ms; ETL max: {r.etl_max_ms:.2f} ms; "
+            f"free data: {r.speedup_if_data_free:.2f}x faster; epoch: {r.epoch}; "
+            f"verdict: {v.kind} ({v.share:.0f}% at most: {v.reason});")
+
+
+_SCALARS = [name for name in PerformanceRecord.__dataclass_fields__ if name not in ("gc", "verdict", "extra")]
+
+
+def hand_json(r: PerformanceRecord) -> str:
+    """``json.dumps`` of the record's fields, as a user would write it."""
+    data = {name: getattr(r, name) for name in _SCALARS}
+    data["gc"] = {s.name: {"count": s.count, "ms": s.ms} for s in r.gc}
+    v = r.verdict
+    data["verdict"] = {"kind": v.kind, "share": v.share, "reason": v.reason} if v is not None else None
+    data["extra"] = dict(r.extra)
+    ordered = {name: data[name] for name in PerformanceRecord.__dataclass_fields__}
+    return json.dumps(ordered, separators=(",", ":"), allow_nan=False) + "\n"
+
+
+def _csv_cell(value: Any) -> Any:
+    return "" if value is None else value
+
+
+def file_logger(path: Path, name: str) -> logging.Logger:
+    logger = logging.getLogger(name)
+    for handler in logger.handlers:
+        handler.close()
+    handler = logging.FileHandler(path, mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s - %(message)s"))
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    return logger
+
+
+class Case:
+    """One sink and its hand-written equivalent, each writing ``records`` to a file of its own."""
+
+    def __init__(self, name: str, sink: Callable[[Path], Any], hand: Callable[[Path], tuple[Callable[..., None], Any]],
+                 read: Callable[[Path], str]) -> None:
+        self.name, self.sink, self.hand, self.read = name, sink, hand, read
+
+    def time_sink(self, folder: Path, recs: Sequence[PerformanceRecord], batch: bool) -> float:
+        sink = self.sink(folder / f"{self.name}-sink")
+        write_many = getattr(sink, "write_many", None) if batch else None
+        began = time.perf_counter()
+        if write_many is not None:
+            for start in range(0, len(recs), 16):
+                write_many(recs[start:start + 16])
+        else:
+            for r in recs:
+                sink(r)
+        took = time.perf_counter() - began
+        close = getattr(sink, "close", None)
+        if close is not None:
+            close()
+        return took / len(recs)
+
+    def time_hand(self, folder: Path, recs: Sequence[PerformanceRecord]) -> float:
+        write, done = self.hand(folder / f"{self.name}-hand")
+        began = time.perf_counter()
+        for r in recs:
+            write(r)
+        took = time.perf_counter() - began
+        done()
+        return took / len(recs)
+
+    def same_output(self, folder: Path) -> bool:
+        return self.read(folder / f"{self.name}-sink") == self.read(folder / f"{self.name}-hand")
+
+
+def _hand_logging(path: Path) -> tuple[Callable[..., None], Any]:
+    logger = file_logger(path, "bench.hand")
+    info = logger.info
+    return (lambda r: info(hand_line(r))), (lambda: logger.handlers[0].close())
+
+
+def _hand_jsonl(path: Path) -> tuple[Callable[..., None], Any]:
+    file = open(path, "w", encoding="utf-8")  # noqa: SIM115
+
+    def write(r: PerformanceRecord) -> None:
+        file.write(hand_json(r))
+        file.flush()
+    return write, file.close
+
+
+def _hand_csv(path: Path) -> tuple[Callable[..., None], Any]:
+    from trainperf.sinks import CSV_COLUMNS
+
+    file = open(path, "w", encoding="utf-8", newline="")  # noqa: SIM115
+    writer = csv.writer(file)
+    columns = [*CSV_COLUMNS, "gc.gen0.count", "gc.gen0.ms"]
+    writer.writerow(columns)
+    scalars = [c for c in CSV_COLUMNS if c not in ("verdict", "verdict_pct")]
+
+    def write(r: PerformanceRecord) -> None:
+        row = {name: getattr(r, name) for name in scalars}
+        v = r.verdict
+        row["verdict"], row["verdict_pct"] = (v.kind, v.share) if v is not None else (None, None)
+        for s in r.gc:
+            row[f"gc.{s.name}.count"], row[f"gc.{s.name}.ms"] = s.count, s.ms
+        writer.writerow([_csv_cell(row.get(c)) for c in columns])
+        file.flush()
+    return write, file.close
+
+
+def _logged_lines(path: Path) -> str:
+    return "\n".join(line.split(" - ", 1)[1] for line in path.read_text().splitlines())
+
+
+def _csv_body(path: Path) -> str:
+    return path.read_text().split("\n", 1)[1]
+
+
+def _run_dir_windows(path: Path) -> str:
+    return (path / "rank-0" / "windows.jsonl").read_text()
+
+
+def cases() -> list[Case]:
+    return [
+        Case("logging", lambda p: LoggingSink(file_logger(p, "bench.sink")), _hand_logging, _logged_lines),
+        Case("jsonl", lambda p: JsonLinesSink(p, append=False), _hand_jsonl, lambda p: p.read_text()),
+        Case("csv", lambda p: CsvSink(p, append=False), _hand_csv, _csv_body),
+        Case("rundir", lambda p: RunDirSink(p, rank=0), _hand_jsonl, _run_dir_windows),
+    ]
+
+
+def per_record(folder: Path, rounds: int, n: int) -> None:
+    recs = records(n)
+    # every record has the one collector column the hand-written CSV has, so both tables match
+    recs = [r if r.gc else PerformanceRecord.from_dict({**r.to_dict(), "gc": {"gen0": {"count": 0, "ms": 0.0}}})
+            for r in recs]
+    for case in cases():
+        took: dict[str, list[float]] = {"sink": [], "batched": [], "hand": []}
+        for k in range(rounds):
+            sub = folder / f"{case.name}-{k}"
+            sub.mkdir()
+            took["hand"].append(case.time_hand(sub, recs))
+            took["sink"].append(case.time_sink(sub, recs, batch=False))
+            if case.name != "rundir" and not case.same_output(sub):
+                raise SystemExit(f"{case.name}: the hand-written output differs from the sink's")
+            took["batched"].append(case.time_sink(sub, recs, batch=True))
+        hand, sink, batched = (statistics.median(took[k]) * 1e6 for k in ("hand", "sink", "batched"))
+        print(f"per record  {case.name:8s} sink {sink:6.1f} us, as the writer drives it {batched:6.1f} us, "
+              f"hand-written {hand:6.1f} us: {sink / hand:.2f}x / {batched / hand:.2f}x (target <= 1.2x)")
+
+
+# --- the attach loop -------------------------------------------------------------------------------
+
+class WaitingLoader:
+    """Batches from memory, each after ``wait_s`` in which the training thread does not hold the
+    interpreter (as when it waits on a DataLoader's worker processes)."""
+
+    def __init__(self, batches: list[tuple[torch.Tensor, torch.Tensor]], wait_s: float) -> None:
+        self.batches, self.wait_s = batches, wait_s
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for batch in self.batches:
+            if self.wait_s:
+                time.sleep(self.wait_s)
+            yield batch
+
+
+def attach_loop(variant: str, folder: Path, n: int, wait_s: float) -> float:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = [(torch.randn(16, 32), torch.randint(0, 4, (16,))) for _ in range(n)]
+    loader = WaitingLoader(data, wait_s)
+    listener = None
+    if variant != "bare":
+        sinks: list[Any] = []
+        if variant in ("sinks", "inline"):
+            sinks = [LoggingSink(file_logger(folder / f"{variant}.log", f"bench.loop.{variant}")),
+                     JsonLinesSink(folder / f"{variant}.jsonl", append=False)]
+        listener = PerformanceListener(1, sinks=sinks, sink_thread=variant != "inline")
+        attach(model, listener)
+        loader = timed(loader, model)  # type: ignore[assignment]
+    loss_fn = torch.nn.CrossEntropyLoss()
+    began = time.perf_counter()
+    for x, y in loader:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    if listener is not None:
+        listener.flush()
+    took = time.perf_counter() - began
+    if listener is not None:
+        listener.close()
+    return took
+
+
+def loop_costs(folder: Path, rounds: int, n: int) -> None:
+    for wait_s, how in ((0.0, "loader in memory"), (0.001, "loader waits 1 ms")):
+        took: dict[str, list[float]] = {v: [] for v in ("bare", "none", "sinks", "inline")}
+        for _ in range(rounds):
+            for variant in took:
+                took[variant].append(attach_loop(variant, folder, n, wait_s))
+        bare = statistics.median(took["bare"])
+        cost = {v: (statistics.median(took[v]) - bare) / n * 1e6 for v in ("none", "sinks", "inline")}
+        print(f"attach loop, frequency 1, {how}: bare {bare / n * 1e6:.0f} us an iteration; the training thread "
+              f"pays {cost['none']:.0f} us with no sink, {cost['sinks']:.0f} us with logging + JSON lines "
+              f"({cost['sinks'] / cost['none']:.2f}x, target <= 1.5x), {cost['inline']:.0f} us with them inline")
+
+
+# --- a slow sink -----------------------------------------------------------------------------------
 
 def spin(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
-
-
-def report_cost(sink_thread: bool, folder: Path, reports: int, gap_s: float = 0.0) -> float:
-    """Microseconds of the training thread per report (frequency 1, so every call reports), less a
-    non-report call's; with ``gap_s``, each call is timed alone and ``gap_s`` of sleep follows it."""
-    logger = logging.getLogger(f"bench.{sink_thread}")
-    logger.handlers[:] = [logging.FileHandler(folder / f"log-{sink_thread}.txt")]
-    logger.propagate = False
-    logger.setLevel(logging.INFO)
-    with JsonLinesSink(folder / f"run-{sink_thread}.jsonl", append=False) as jsonl:
-        listener = PerformanceListener(1, sinks=[LoggingSink(logger), jsonl], sink_thread=sink_thread,
-                                       report_hardware=False, history=None)
-        for _ in range(20):
-            listener.record_iteration(samples=8)
-        listener.flush()
-        took = _timed_calls(listener, reports, gap_s)
-        listener.close()
-    for handler in logger.handlers:
-        handler.close()
-    plain = PerformanceListener(reports + 1, sinks=[], report_hardware=False, history=None)
-    plain.record_iteration(samples=8)
-    floor = _timed_calls(plain, reports, gap_s)
-    plain.close()
-    return 1e6 * (took - floor) / reports
-
-
-def _timed_calls(listener: PerformanceListener, calls: int, gap_s: float) -> float:
-    if not gap_s:
-        began = time.perf_counter()
-        for _ in range(calls):
-            listener.record_iteration(samples=8)
-        return time.perf_counter() - began
-    took = 0.0
-    for _ in range(calls):
-        began = time.perf_counter()
-        listener.record_iteration(samples=8)
-        took += time.perf_counter() - began
-        time.sleep(gap_s)
-    return took
 
 
 def slow_sink_loop(listener: PerformanceListener | None, steps: int) -> float:
@@ -85,20 +306,7 @@ def slow(record: object) -> None:
     time.sleep(0.020)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    rounds, reports, steps = (3, 500, 100) if args.quick else (7, 2000, 300)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        for gap_s, how in ((0.0, "back to back"), (0.001, "1 ms apart")):
-            cost: dict[bool, list[float]] = {True: [], False: []}
-            for _ in range(rounds):
-                for threaded in (False, True):
-                    cost[threaded].append(report_cost(threaded, folder, reports // 4 if gap_s else reports, gap_s))
-            print(f"report (logging + JSON lines), {how}, training thread per report: inline "
-                  f"{statistics.median(cost[False]):.1f} us, writer thread {statistics.median(cost[True]):.1f} us")
+def slow_sink(rounds: int, steps: int) -> None:
     loops: dict[str, list[float]] = {"bare": [], "inline": [], "thread": []}
     for _ in range(rounds):
         loops["bare"].append(slow_sink_loop(None, steps))
@@ -111,6 +319,20 @@ def main() -> None:
         took = statistics.median(loops[name])
         print(f"1 ms steps, a 20 ms sink every 10: {name:6s} {took:.3f} s against {bare:.3f} s bare "
               f"({took / bare:.2f}x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")  # the loops' verdicts are not what is measured
+    logging.getLogger("trainperf").setLevel(logging.ERROR)
+    rounds, n, iterations, steps = (3, 1000, 300, 100) if args.quick else (7, 4000, 1000, 300)
+    print(f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}")
+    with tempfile.TemporaryDirectory() as tmp:
+        per_record(Path(tmp), rounds, n)
+        loop_costs(Path(tmp), rounds, iterations)
+    slow_sink(rounds, steps)
 
 
 if __name__ == "__main__":
