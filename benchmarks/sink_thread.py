@@ -2,17 +2,19 @@
 training thread of an ``attach`` loop at frequency 1 pays with sinks against without, in one run.
 
 * ``per record``: each sink (``LoggingSink`` to a file handler, ``JsonLinesSink``, ``CsvSink``,
-  ``RunDirSink``'s window lines) against the code a user would write for the same output (one
-  f-string and ``logger.info``; ``json.dumps`` of the record's fields; ``csv.writer``), fed the same
+  ``RunDirSink``'s window lines, ``TensorBoardSink`` where tensorboard is installed) against the code
+  a user would write for the same output (one f-string and ``logger.info``; ``json.dumps`` of the
+  record's fields; ``csv.writer``; ``add_scalar`` for each figure, flushed at the end), fed the same
   records, each written and flushed one at a time; the hand-written output is checked to be the
-  sink's, byte for byte. The sinks are also timed as the writer thread drives them (a batch of the
-  records queued at once), which is their cost in a run.
+  sink's, byte for byte (TensorBoard's event files aside). The sinks are also timed as the writer
+  thread drives them (a batch of the records queued at once), which is their cost in a run.
 * ``attach loop``: a small MLP trained under :func:`trainperf.torch.attach` at frequency 1, bare,
   with a listener and no sink, and with a logging and a JSON-lines sink (on the writer thread, and
   inline for reference). The timed stretch ends when every record is written (``flush``), so work
   the writer left for later is counted. Two loaders: one in memory (the training thread runs Python
   but for torch's kernels), and one that waits 1 ms for each batch (as for worker processes), in
-  which the writer can work while the training thread does not hold the interpreter.
+  which the writer can work while the training thread does not hold the interpreter; on a machine
+  with CUDA, also a GPU loop that reads its loss each step (the training thread waits for the device).
 * ``slow sink``: 1 ms steps reporting every 10 iterations to a sink that takes 20 ms, against the
   same loop with no listener.
 
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import logging
 import platform
@@ -198,12 +199,40 @@ def _run_dir_windows(path: Path) -> str:
     return (path / "rank-0" / "windows.jsonl").read_text()
 
 
+def _tensorboard(path: Path) -> Any:
+    from trainperf.sinks import TensorBoardSink
+
+    return TensorBoardSink(path)
+
+
+def _hand_tensorboard(path: Path) -> tuple[Callable[..., None], Any]:
+    from torch.utils.tensorboard import SummaryWriter
+
+    from trainperf.sinks import scalar_metrics
+
+    writer = SummaryWriter(log_dir=path)
+
+    def write(r: PerformanceRecord) -> None:
+        for tag, value in scalar_metrics(r).items():
+            writer.add_scalar(tag, value, global_step=r.iteration, walltime=r.timestamp)
+    return write, writer.close  # flushed at the end only: what a hand-written loop does
+
+
+def _has_tensorboard() -> bool:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def cases() -> list[Case]:
     return [
         Case("logging", lambda p: LoggingSink(file_logger(p, "bench.sink")), _hand_logging, _logged_lines),
         Case("jsonl", lambda p: JsonLinesSink(p, append=False), _hand_jsonl, lambda p: p.read_text()),
         Case("csv", lambda p: CsvSink(p, append=False), _hand_csv, _csv_body),
         Case("rundir", lambda p: RunDirSink(p, rank=0), _hand_jsonl, _run_dir_windows),
+        *([Case("tensorboard", _tensorboard, _hand_tensorboard, lambda p: "")] if _has_tensorboard() else []),
     ]
 
 
@@ -219,11 +248,11 @@ def per_record(folder: Path, rounds: int, n: int) -> None:
             sub.mkdir()
             took["hand"].append(case.time_hand(sub, recs))
             took["sink"].append(case.time_sink(sub, recs, batch=False))
-            if case.name != "rundir" and not case.same_output(sub):
+            if case.name not in ("rundir", "tensorboard") and not case.same_output(sub):
                 raise SystemExit(f"{case.name}: the hand-written output differs from the sink's")
             took["batched"].append(case.time_sink(sub, recs, batch=True))
         hand, sink, batched = (statistics.median(took[k]) * 1e6 for k in ("hand", "sink", "batched"))
-        print(f"per record  {case.name:8s} sink {sink:6.1f} us, as the writer drives it {batched:6.1f} us, "
+        print(f"per record  {case.name:11s} sink {sink:6.1f} us, as the writer drives it {batched:6.1f} us, "
               f"hand-written {hand:6.1f} us: {sink / hand:.2f}x / {batched / hand:.2f}x (target <= 1.2x)")
 
 
@@ -243,11 +272,14 @@ class WaitingLoader:
             yield batch
 
 
-def attach_loop(variant: str, folder: Path, n: int, wait_s: float) -> float:
+def attach_loop(variant: str, folder: Path, n: int, wait_s: float, device: str = "cpu") -> float:
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    width = 2048 if device == "cuda" else 64  # on the GPU, a step the device takes a while over
+    model = torch.nn.Sequential(torch.nn.Linear(32, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                                torch.nn.ReLU(), torch.nn.Linear(width, 4)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = [(torch.randn(16, 32), torch.randint(0, 4, (16,))) for _ in range(n)]
+    batch = 512 if device == "cuda" else 16
+    data = [(torch.randn(batch, 32), torch.randint(0, 4, (batch,))) for _ in range(n)]
     loader = WaitingLoader(data, wait_s)
     listener = None
     if variant != "bare":
@@ -261,9 +293,13 @@ def attach_loop(variant: str, folder: Path, n: int, wait_s: float) -> float:
     loss_fn = torch.nn.CrossEntropyLoss()
     began = time.perf_counter()
     for x, y in loader:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         opt.zero_grad()
-        loss_fn(model(x), y).backward()
+        loss = loss_fn(model(x), y)
+        loss.backward()
         opt.step()
+        if device == "cuda":
+            loss.item()  # the loss read each step: the training thread waits for the device
     if listener is not None:
         listener.flush()
     took = time.perf_counter() - began
@@ -273,11 +309,14 @@ def attach_loop(variant: str, folder: Path, n: int, wait_s: float) -> float:
 
 
 def loop_costs(folder: Path, rounds: int, n: int) -> None:
-    for wait_s, how in ((0.0, "loader in memory"), (0.001, "loader waits 1 ms")):
+    loops = [(0.0, "cpu", "loader in memory"), (0.001, "cpu", "loader waits 1 ms")]
+    if torch.cuda.is_available():
+        loops.append((0.0, "cuda", f"on {torch.cuda.get_device_name()}, the loss read each step"))
+    for wait_s, device, how in loops:
         took: dict[str, list[float]] = {v: [] for v in ("bare", "none", "sinks", "inline")}
         for _ in range(rounds):
             for variant in took:
-                took[variant].append(attach_loop(variant, folder, n, wait_s))
+                took[variant].append(attach_loop(variant, folder, n, wait_s, device))
         bare = statistics.median(took["bare"])
         cost = {v: (statistics.median(took[v]) - bare) / n * 1e6 for v in ("none", "sinks", "inline")}
         print(f"attach loop, frequency 1, {how}: bare {bare / n * 1e6:.0f} us an iteration; the training thread "
@@ -328,7 +367,8 @@ def main() -> None:
     warnings.simplefilter("ignore")  # the loops' verdicts are not what is measured
     logging.getLogger("trainperf").setLevel(logging.ERROR)
     rounds, n, iterations, steps = (3, 1000, 300, 100) if args.quick else (7, 4000, 1000, 300)
-    print(f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}")
+    print(f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, "
+          f"torch {torch.__version__}")
     with tempfile.TemporaryDirectory() as tmp:
         per_record(Path(tmp), rounds, n)
         loop_costs(Path(tmp), rounds, iterations)

@@ -129,6 +129,8 @@ def test_without_a_say_function_a_hanging_sink_is_one_sinkerror_warning_with_one
 
 
 def test_records_reach_every_sink_in_order_on_the_writer_thread():
+    # each sink has every record in order; the writer hands a few records to one sink, then the same
+    # ones to the next (the order across sinks within such a batch is not kept)
     seen: list[tuple[str, int]] = []
     threads: set[str] = set()
 
@@ -140,7 +142,8 @@ def test_records_reach_every_sink_in_order_on_the_writer_thread():
     for i in range(1, 101):
         emitter.deliver(record(i))
     assert emitter.flush(10.0)
-    assert seen == [(s, i) for i in range(1, 101) for s in ("a", "b")]
+    for name in ("a", "b"):
+        assert [i for s, i in seen if s == name] == list(range(1, 101))
     assert threads == {"trainperf-writer"} and emitter.pending == 0
     emitter.close()
 

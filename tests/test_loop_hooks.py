@@ -18,6 +18,10 @@ class Observer:
         self.loaders = 0
         self.thread = threading.get_ident() if thread is None else thread
         self.now = 0.0
+        self.waits: list[float] = []  # the clock when each fetch said it was about to wait
+
+    def about_to_wait(self) -> None:
+        self.waits.append(self.now)
 
     def clock(self) -> float:
         self.now += 1.0
@@ -60,6 +64,8 @@ def test_each_fetch_reaches_the_observers_on_the_training_thread_with_its_batch_
     for observer in seen:
         # iter(), two batches, and the fetch that found the loader empty; 1 s apart on each clock
         assert observer.fetches == [(1.0, None), (1.0, 0), (1.0, 1), (1.0, None)] and observer.loaders == 1
+        # each next() says, before its clock starts, that the thread is about to wait (iter() does not)
+        assert observer.waits == [2.0, 4.0, 6.0]
 
 
 @pytest.mark.parametrize("count", [1, 2], ids=["one observer", "two observers"])
@@ -67,7 +73,7 @@ def test_each_fetch_reaches_the_observers_on_the_training_thread_with_its_batch_
 def test_a_fetch_on_another_thread_than_the_training_one_reaches_no_observer(observers, count, shift):
     seen = observers(*[threading.get_ident() + shift] * count)
     assert list(loader(2)) == [0, 1]
-    assert all(not o.fetches and not o.loaders for o in seen)
+    assert all(not o.fetches and not o.loaders and not o.waits for o in seen)
 
 
 @pytest.mark.parametrize("count", [1, 2], ids=["one observer", "two observers"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from _sink_records import OUTPUT, OUTPUT_FILES, fixed_records, write_outputs
 
 

@@ -2,10 +2,13 @@
 slows or blocks training (like :class:`logging.handlers.QueueListener`). The training thread only
 appends the record to a bounded queue; what a full queue drops is counted and said once.
 
-The writer is not woken for each record: it wakes every :data:`WRITE_EVERY_S` (and at once for
-:meth:`Emitter.flush` and :meth:`Emitter.close`) and delivers everything queued in one go. Waking
-it per record made the training thread hand the interpreter over twice per report, which on a
-CPU-bound step cost more than running the sinks inline.
+The writer is not woken for each record: it wakes every :data:`WRITE_EVERY_S`, at once for
+:meth:`Emitter.flush` and :meth:`Emitter.close`, and when the training thread is about to wait
+without running Python (:meth:`Emitter.nudge`: a loader's workers, the device) with a few records
+queued, so that its work falls where it costs the training thread nothing. It hands the sinks
+several records at once (a file sink writes them with one ``write``), and after each slice of
+:data:`SLICE_S` it steps aside so that a training thread that wants the interpreter back gets it:
+Python itself would let the writer keep it for up to 5 ms.
 """
 
 from __future__ import annotations
@@ -34,6 +37,18 @@ FLUSH_TIMEOUT_S = 10.0
 EXIT_TIMEOUT_S = 5.0
 #: How often the writer wakes to deliver what was queued since it last did.
 WRITE_EVERY_S = 0.1
+#: The longest the writer works before it lets the training thread have the interpreter: the
+#: training thread waits at most this long for it when it comes back from a wait (a kernel, a
+#: loader, the device) in which the writer took it. Python's own switch interval is 5 ms.
+SLICE_S = 0.001
+#: How long the writer steps aside after a slice: long enough for a training thread that waits for
+#: the interpreter to take it (it must wake first), short enough to keep up.
+YIELD_S = 0.00005
+#: The most records handed to the sinks at once.
+MAX_BATCH = 64
+#: Records queued before a :meth:`Emitter.nudge` wakes the writer: it writes a few at once, not one
+#: at each wait (its code runs warm, and a wake costs more than a record's work).
+NUDGE_AT = 8
 
 Say = Callable[[str], None]
 
@@ -114,6 +129,12 @@ class Emitter:
         if self._some_on_writer:  # sinks that all run here (memory sinks) need no writer thread
             self._put(record)
 
+    def nudge(self) -> None:
+        """The caller is about to wait without holding the interpreter (a loader, the device): the
+        writer delivers what is queued now, when it takes nothing from the caller's thread."""
+        if self._put_count - self._done_count >= NUDGE_AT and not self._wake.is_set():
+            self._wake.set()
+
     def submit(self, task: Callable[[], object]) -> None:
         """Run ``task`` where the sinks run, after the records delivered before it (a sink's other
         writes, such as a run directory's spans). A task that raises is said once, like a sink."""
@@ -148,30 +169,52 @@ class Emitter:
         thread.start()
 
     def _write(self) -> None:
-        queue, wake = self._queue, self._wake
+        queue, wake, clock = self._queue, self._wake, time.perf_counter
+        batch = 1  # records handed to the sinks at once: as many as fit in a slice
         while True:
             wake.wait(WRITE_EVERY_S)
             wake.clear()
+            began = clock()
             while queue:
-                item = queue.popleft()
+                item = queue[0]
                 if item is None:
                     return
-                self._write_one(item)
-                if self._waiting:
-                    with self._cond:
-                        self._cond.notify_all()
+                if not isinstance(item, PerformanceRecord):
+                    queue.popleft()
+                    self._run_task(item)
+                    self._done(1)
+                else:
+                    records = [item]
+                    queue.popleft()
+                    while len(records) < batch and queue and isinstance(queue[0], PerformanceRecord):
+                        records.append(queue.popleft())  # type: ignore[arg-type]
+                    started = clock()
+                    self._write_records(records)
+                    took = (clock() - started) / len(records)
+                    batch = max(1, min(MAX_BATCH, int(SLICE_S / took))) if took > 0 else MAX_BATCH
+                    self._done(len(records))
+                if clock() - began >= SLICE_S:
+                    time.sleep(YIELD_S)  # the training thread takes the interpreter, if it waits for it
+                    began = clock()
 
-    def _write_one(self, item: PerformanceRecord | Callable[[], object]) -> None:
-        failures: list[str] = []
+    def _write_records(self, records: list[PerformanceRecord]) -> None:
         try:
-            if isinstance(item, PerformanceRecord):
-                failures = self._fanout.deliver(item, training_thread=False)
-            else:
-                item()
+            failures = self._fanout.deliver_many(records)
         except Exception as exc:  # noqa: BLE001 - the writer never dies
-            failures = [f"trainperf: writing {_name(item)} failed: {describe(exc)}"]
+            failures = [f"trainperf: writing records failed: {describe(exc)}"]
         self._failures.extend(failures)
-        self._done_count += 1
+
+    def _run_task(self, task: Callable[[], object]) -> None:
+        try:
+            task()
+        except Exception as exc:  # noqa: BLE001 - the writer never dies
+            self._failures.append(f"trainperf: writing {_name(task)} failed: {describe(exc)}")
+
+    def _done(self, count: int) -> None:
+        self._done_count += count
+        if self._waiting:
+            with self._cond:
+                self._cond.notify_all()
 
     def _say_failures(self) -> None:
         failures = self._failures

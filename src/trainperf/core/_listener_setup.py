@@ -69,6 +69,13 @@ class ListenerSetup:
     _explicit_etl: bool
     _pending_etl: float
 
+    def about_to_wait(self) -> None:
+        """Say that the training thread is about to wait without running Python (for the next batch
+        from loader workers, for the device, for a collective): the writer thread writes the records
+        it holds now, while that costs the training thread nothing. The adapters say it before each
+        loader fetch; a loop of your own may say it before such a wait. It changes no figure."""
+        self._emitter.nudge()
+
     @property
     def sinks(self) -> list[Sink]:
         """The user's sinks (without :attr:`history`)."""

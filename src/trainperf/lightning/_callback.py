@@ -234,6 +234,10 @@ class PerformanceCallback(_CallbackBase):
         self._account.end(now)
 
     # -- the loader hooks (DataLoader.iter() and fetches outside the fetcher's timed next()) --
+    def about_to_wait(self) -> None:
+        """A fetch begins: the listener's writer may write while the training thread waits."""
+        self.listener.about_to_wait()
+
     def on_fetch(self, started: float, ended: float, batch: Any) -> None:
         if batch is not None:
             self._fetched_tokens.append(self._count_tokens(batch))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..base import atomic_write, open_to_append, remove_leftovers
-from ..records import PerformanceRecord, strict
+from ..records import PerformanceRecord, json_of, strict
 from ..records import json_line as _line
 from ._layout import CLOCK, CLOCK_STATUSES, EVENTS, META, RUN_DIR_SCHEMA, SPAN_PHASES, SPANS, WINDOWS
 
@@ -154,7 +154,12 @@ class RunDirSink:
 
     # ------------------------------------------------------------------ sink
     def __call__(self, record: PerformanceRecord) -> None:
-        self._append(WINDOWS, _line(record.to_dict()))
+        self._append(WINDOWS, json_of(record))
+
+    def write_many(self, records: Sequence[PerformanceRecord]) -> None:
+        """Append ``records`` to ``windows.jsonl`` with one ``write`` (the writer thread's batch)."""
+        if records:
+            self._append(WINDOWS, "".join(map(json_of, records)))
 
     def spans(self, rows: Iterable[Sequence[Any]]) -> bool:
         """Write the spans of one window's iterations, when the window is kept with detail.

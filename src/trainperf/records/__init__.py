@@ -16,13 +16,15 @@ __all__ = ["SCHEMA_VERSION", "DeviceTimeline", "GCStat", "PerformanceRecord", "R
 from ._advice import CUDA_FIXES as CUDA_FIXES
 from ._advice import DEFAULT_FIXES as DEFAULT_FIXES
 from ._advice import dataloader_tips as dataloader_tips
+from ._compiled_line import format_line as format_line
 from ._format import DL4J_FIELDS as DL4J_FIELDS
 from ._format import TRAINPERF_FIELDS as TRAINPERF_FIELDS
 from ._format import LineField as LineField
 from ._format import counted as counted
-from ._format import format_line as format_line
 from ._json import json_line as json_line
+from ._json import record_json as record_json
 from ._json import strict as strict
+from ._memo import TextMemo as TextMemo
 from ._padding import PADDING_SHARE as PADDING_SHARE
 from ._padding import judge_padding as judge_padding
 from ._padding import padding_share as padding_share
@@ -51,3 +53,7 @@ from ._window import WindowFigures as WindowFigures
 from ._window import percentile as percentile
 from ._window import safe_rate as safe_rate
 from ._window import window_figures as window_figures
+
+#: A record's text line and JSON line, made once for all the sinks that write them.
+line_of = TextMemo(format_line)
+json_of = TextMemo(record_json)

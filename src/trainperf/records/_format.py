@@ -1,4 +1,5 @@
-"""The one-line text form of a record, in Deeplearning4j's field names and order."""
+"""The one-line text form of a record, in Deeplearning4j's field names and order: its fields' table and
+how each kind of figure is written (:mod:`._compiled_line` compiles the line from them)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ._record import PerformanceRecord
-
-__all__ = ["format_line"]
+__all__ = ["LineField", "capture_text", "format_number"]
 
 
 #: Milliseconds are written with two decimals (10 us), rates with one: the same precision on every
@@ -149,44 +148,7 @@ def safe_name(name: str) -> str:
     return _UNSAFE.sub("_", name) or "_"
 
 
-def format_line(record: PerformanceRecord) -> str:
-    """``ETL: …; iteration N; iteration time: …; samples/sec: …; batches/sec: …; score: …; GC: …;``
-
-    followed by trainperf's own fields (window percentiles, ETL max, epoch, warm-up, verdict).
-    Fields that are ``None`` are left out, as Deeplearning4j leaves out what it was told not to report.
-    """
-    if not isinstance(record, PerformanceRecord):
-        raise TypeError(f"record must be a PerformanceRecord, got {record!r}")
-    parts = [f.render(value) for f in DL4J_FIELDS if (value := getattr(record, f.name)) is not None]
-    if record.gc:
-        stats = ", ".join(
-            f"[{safe_name(s.name)}: {s.count} ({format_fixed(s.ms, MS_DECIMALS)}ms)]"
-            if s.ms is not None
-            else f"[{safe_name(s.name)}: {s.count}]"
-            for s in record.gc
-        )
-        parts.append(f"GC: {stats}")
-    padded = bool(record.padding_share)
-    parts += [
-        f.render(value)
-        for f in TRAINPERF_FIELDS
-        if (value := getattr(record, f.name)) is not None and not (f.hide_zero and value == 0)
-        and (padded or not f.padded_only)
-    ]
-    if record.warmup:
-        parts.append("warm-up")
-    verdict = record.verdict
-    if verdict is not None:
-        # A bad verdict's reason starts with its share; a fine one's names several: the line states
-        # the largest first, so that a reader of the line (and parse_log) has the share as well.
-        share = f"{verdict.share:.0f}% at most: " if verdict.kind == "fine" else ""
-        parts.append(f"verdict: {verdict.kind} ({share}{verdict.reason})")
-    if record.capture is not None:  # after the verdict, a field the parser passes over
-        parts.append(f"capture: {_capture_text(record.capture)}")
-    return "; ".join(parts) + ";"
-
-
-def _capture_text(path: str) -> str:
+def capture_text(path: str) -> str:
     """A trace's path as the line can hold it: its file name when the path holds what would end the
     field (``;``) or the line."""
     return path if not _UNSAFE_IN_PATH.search(path) else safe_name(path.replace("\\", "/").rsplit("/", 1)[-1])

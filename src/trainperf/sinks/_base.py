@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import traceback
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from ..records import PerformanceRecord
@@ -15,7 +15,9 @@ __all__ = ["Sink", "SinkError"]
 @runtime_checkable
 class Sink(Protocol):
     """Anything that takes a :class:`PerformanceRecord`. A ``close()`` method, if present, is called
-    when the listener closes."""
+    when the listener closes. A ``write_many(records)`` method, if present, is what the writer thread
+    calls with several records at once (in order, none of them given to the sink otherwise): a file
+    sink writes them with one ``write``."""
 
     def __call__(self, record: PerformanceRecord) -> None: ...
 
@@ -52,6 +54,8 @@ class FanOut:
         self.sinks: list[Sink] = list(sinks)
         self.strict = strict
         self._warned: set[int] = set()
+        self._targets_for: tuple[bool, tuple[int, ...]] | None = None
+        self._targets: list[tuple[Sink, Callable[..., object] | None]] = []
 
     def __call__(self, record: PerformanceRecord) -> None:
         failures: list[tuple[Sink, BaseException, str]] = []
@@ -69,6 +73,41 @@ class FanOut:
         for a caller that says them elsewhere (the writer thread hands them to the training thread)."""
         return self._deliver(record, [], training_thread)
 
+    def deliver_many(self, records: Sequence[PerformanceRecord], *, training_thread: bool = False) -> list[str]:
+        """Give ``records`` to every sink whose :func:`on_training_thread` is ``training_thread``,
+        in order: all at once to a sink with a ``write_many`` (when it raises, it loses these
+        records), one by one to the others; the warnings to say, as :meth:`deliver` returns them."""
+        failures: list[tuple[Sink, BaseException, str]] = []
+        for sink, write_many in self._batch_targets(training_thread):
+            try:
+                if write_many is not None:
+                    write_many(records)
+                    continue
+            except Exception as exc:  # noqa: BLE001 - a sink must never stop training
+                failures.append((sink, exc, traceback.format_exc()))
+                continue
+            for record in records:
+                try:
+                    sink(record)
+                except Exception as exc:  # noqa: BLE001
+                    failures.append((sink, exc, traceback.format_exc()))
+        return self._messages(failures)
+
+    def _batch_targets(self, training_thread: bool) -> list[tuple[Sink, Callable[..., object] | None]]:
+        """The sinks on ``training_thread``'s side, each with its ``write_many`` (or ``None``),
+        found again only when the list of sinks changed (it only grows)."""
+        key = (training_thread, tuple(map(id, self.sinks)))
+        if self._targets_for != key:
+            targets = []
+            for sink in self.sinks:
+                if on_training_thread(sink) is not training_thread:
+                    continue
+                # defined by the sink's class: a mock that answers every name is still called per record
+                write_many = sink.write_many if callable(getattr(type(sink), "write_many", None)) else None  # type: ignore[attr-defined]
+                targets.append((sink, write_many))
+            self._targets_for, self._targets = key, targets
+        return self._targets
+
     def _deliver(self, record: PerformanceRecord, failures: list[tuple[Sink, BaseException, str]],
                  training_thread: bool | None = None) -> list[str]:
         for sink in self.sinks:
@@ -78,6 +117,10 @@ class FanOut:
                 sink(record)
             except Exception as exc:  # noqa: BLE001 - a sink must never stop training
                 failures.append((sink, exc, traceback.format_exc()))
+        return self._messages(failures)
+
+    def _messages(self, failures: list[tuple[Sink, BaseException, str]]) -> list[str]:
+        """The warnings for ``failures``: each sink's first failure only."""
         messages = []
         for sink, _, trace in failures:
             if id(sink) not in self._warned:

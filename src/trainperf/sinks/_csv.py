@@ -7,6 +7,7 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,6 +30,33 @@ def _cell(value: Any) -> Any:
     if isinstance(value, float) and math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
     return value
+
+
+def _compile_cells() -> Callable[[PerformanceRecord], list[Any]]:
+    """The cells of :data:`CSV_COLUMNS` for a record, read from its slots: what
+    ``record.to_dict(flat=True)`` and :func:`_cell` give, without the dict. Values of the types the
+    record's fields hold are taken as they are; anything else (an infinity, a float subclass) goes
+    through :func:`_cell`."""
+    scope: dict[str, Any] = {"_cell": _cell, "_float": float, "_int": int, "_str": str}
+
+    def cell(value: str) -> str:
+        return (f"('' if (v := {value}) is None else v if (c := v.__class__) is _str or c is _int "
+                f"or (c is _float and (v - v == 0.0 or v != v)) else _cell(v))")
+
+    items = []
+    for name in CSV_COLUMNS:
+        if name == "verdict":
+            items.append(cell("None if (vd := r.verdict) is None else vd.kind"))
+        elif name == "verdict_pct":
+            items.append(cell("None if vd is None else vd.share"))
+        else:
+            items.append(cell(f"r.{name}"))
+    exec(f"def cells(r):\n    return [{', '.join(items)}]\n", scope)  # noqa: S102 - the schema's own names
+    compiled: Callable[[PerformanceRecord], list[Any]] = scope["cells"]
+    return compiled
+
+
+_cells = _compile_cells()
 
 
 class CsvSink(FileSink):
@@ -65,7 +93,10 @@ class CsvSink(FileSink):
         super().__init__(path)
         append = check_bool("append", append)
         remove_leftovers(self.path)
-        self.columns: list[str] = _earlier_header(self.path) if append else []
+        self.columns: list[str] = []
+        self._known: frozenset[str] = frozenset()
+        self._standard = False  # the header starts with CSV_COLUMNS: rows come from the record's slots
+        self._set_columns(_earlier_header(self.path) if append else [])
         self._writer: Any = None
         if self.columns:
             self._file = open_to_append(self.path, newline="")
@@ -74,26 +105,79 @@ class CsvSink(FileSink):
             self._file = open(self.path, "w", encoding="utf-8", newline="")  # noqa: SIM115 - owned
 
     def __call__(self, record: PerformanceRecord) -> None:
+        self.write_many((record,))
+
+    def write_many(self, records: Sequence[PerformanceRecord]) -> None:
+        """Write the rows of ``records`` with one ``write`` and flush them (the writer thread hands
+        over what it holds at once). A record that needs a wider header has the rows before it
+        written first; a write that fails loses the rows of that write, and a widening that fails
+        the record that needed it (the others are written and the first error is raised)."""
         if self._file is None:
             raise ValueError(f"{self!r} is closed")
-        row = record.to_dict(flat=True)
-        row.pop("extra", None)
+        rows: list[list[Any]] = []
+        failed: OSError | None = None
+        for record in records:
+            try:
+                rows.append(self._row(record, rows))
+            except OSError as exc:  # the header could not be widened: this record is lost
+                failed = failed or exc
+        if rows:
+            self._write_rows(rows)
+        if failed is not None:
+            raise failed
+
+    def _row(self, record: PerformanceRecord, before: list[list[Any]]) -> list[Any]:
+        """``record``'s row under the header, widened first (``before``, the rows not yet written,
+        written then) when the record brings new columns."""
+        extra = record.extra
+        if extra or (self.columns and not self._standard):  # rare: the general path
+            row = record.to_dict(flat=True)
+            new = [k for k in row if k not in self._known]
+            if not self.columns:
+                self._set_columns([*CSV_COLUMNS, *(k for k in row if k.startswith("gc."))])
+                self._start()
+            elif new:
+                self._widen_after(before, new)
+            return [_cell(row.get(k)) for k in self.columns]
+        collectors: dict[str, Any] = {}
+        for stat in record.gc:  # as to_dict(flat=True) names them: a repeated name keeps its last value
+            collectors[f"gc.{stat.name}.count"] = stat.count
+            collectors[f"gc.{stat.name}.ms"] = stat.ms
         if not self.columns:
-            self.columns = [*CSV_COLUMNS, *(k for k in row if k.startswith("gc."))]
-            self._start(self._file)
-        else:
-            new = [k for k in row if k not in self.columns]
+            self._set_columns([*CSV_COLUMNS, *collectors])
+            self._start()
+        elif collectors:
+            new = [k for k in collectors if k not in self._known]
             if new:
-                self._widen(new)
+                self._widen_after(before, new)
+        cells = _cells(record)
+        if len(self.columns) > len(CSV_COLUMNS):
+            cells += [_cell(collectors.get(k)) for k in self.columns[len(CSV_COLUMNS):]]
+        return cells
+
+    def _write_rows(self, rows: list[list[Any]]) -> None:
+        assert self._file is not None
         try:
-            self._writer.writerow({k: _cell(row.get(k)) for k in self.columns})
+            self._writer.writer.writerows(rows)
             self._file.flush()
         except OSError:
-            self._reopen()  # what the failed write left in the buffer is dropped with the record
+            self._reopen()  # what the failed write left in the buffer is dropped with the rows
             raise
 
-    def _start(self, file: IO[str]) -> None:
-        self._writer = csv.DictWriter(file, fieldnames=self.columns, extrasaction="ignore")
+    def _widen_after(self, before: list[list[Any]], new: list[str]) -> None:
+        if before:
+            self._write_rows(before)
+            before.clear()
+        self._widen(new)
+
+    def _set_columns(self, columns: list[str]) -> None:
+        self.columns = columns
+        self._known = frozenset(columns)
+        self._standard = columns[: len(CSV_COLUMNS)] == list(CSV_COLUMNS)
+
+    def _start(self) -> None:
+        assert self._file is not None
+        self._writer = csv.DictWriter(self._file, fieldnames=self.columns, extrasaction="ignore")
         self._writer.writeheader()
 
     def _widen(self, new: list[str]) -> None:
@@ -116,7 +200,7 @@ class CsvSink(FileSink):
         except OSError:
             self._reopen()  # the old file, or what the rename left: append under the header it has
             raise
-        self.columns = columns
+        self._set_columns(columns)
         self._reopen()
         warnings.warn(f"{self!r}: new columns {new}; the file was rewritten with a wider header", stacklevel=3)
 

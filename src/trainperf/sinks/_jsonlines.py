@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from ..base import check_bool, open_to_append
-from ..records import PerformanceRecord, json_line
+from ..records import PerformanceRecord, json_of
 from ._file import FileSink
 
 __all__ = ["JsonLinesSink"]
@@ -14,7 +15,8 @@ __all__ = ["JsonLinesSink"]
 class JsonLinesSink(FileSink):
     """One JSON object per record and line, flushed as it is written.
 
-    Each record is written with a single ``write`` and flushed, so after a crash the file is
+    Each record (or each batch of records the writer thread holds at once) is written with a
+    single ``write`` and flushed, so after a crash the file is
     readable up to its last complete line (:func:`trainperf.parse_log` skips a cut-off last line).
     The lines are strict JSON: a non-finite figure (a diverging loss) is written as the string
     ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``, which :func:`trainperf.parse_log` reads back as
@@ -34,10 +36,16 @@ class JsonLinesSink(FileSink):
         self._file = open_to_append(self.path) if append else open(self.path, "w", encoding="utf-8")  # noqa: SIM115
 
     def __call__(self, record: PerformanceRecord) -> None:
+        self.write_many((record,))
+
+    def write_many(self, records: Sequence[PerformanceRecord]) -> None:
+        """Write ``records`` with one ``write`` and flush them (the writer thread hands over what it
+        holds at once); a write that fails loses these records."""
         if self._file is None:
             raise ValueError(f"{self!r} is closed")
-        line = json_line(record.to_dict())
-        self._file.write(line)
+        if not records:
+            return
+        self._file.write(json_of(records[0]) if len(records) == 1 else "".join(map(json_of, records)))
         self._file.flush()
         if self.fsync:
             os.fsync(self._file.fileno())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from ..records import PerformanceRecord, format_line
+from ..records import PerformanceRecord, line_of
 
 __all__ = ["LoggingSink"]
 
@@ -58,4 +58,4 @@ class LoggingSink:
 
     def __call__(self, record: PerformanceRecord) -> None:
         if self.logger.isEnabledFor(self.level):
-            self.logger.log(self.level, "%s", format_line(record))
+            self.logger.log(self.level, "%s", line_of(record))

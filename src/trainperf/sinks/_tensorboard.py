@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from ..base import check_str
@@ -48,8 +49,14 @@ class TensorBoardSink:
         self.writer = writer
 
     def __call__(self, record: PerformanceRecord) -> None:
-        for tag, value in scalar_metrics(record, self.prefix).items():
-            self.writer.add_scalar(tag, value, global_step=record.iteration, walltime=record.timestamp)
+        self.write_many((record,))
+
+    def write_many(self, records: Sequence[PerformanceRecord]) -> None:
+        """Add the scalars of ``records`` and flush once (the writer thread hands over what it holds)."""
+        add_scalar = self.writer.add_scalar
+        for record in records:
+            for tag, value in scalar_metrics(record, self.prefix).items():
+                add_scalar(tag, value, global_step=record.iteration, walltime=record.timestamp)
         self.writer.flush()
 
     def close(self) -> None:

@@ -81,7 +81,7 @@ class Attachment:
         self.listener = listener
         self._timeline_factory = timeline_factory
         self._timeline: DeviceTimeline | None = None  # the listener's, set when training starts
-        self.clock = listener.clock  # the listener's; loader timing reads it too
+        self.clock, self.about_to_wait = listener.clock, listener.about_to_wait  # the loader's timing reads them
         # The same clock read inline on the two reads of every iteration (no extra Python call).
         self._uc = listener.clock_parts()
         self._gc_pauses = listener.gc_pauses  # a fetch's own collections are GC, not data wait

@@ -65,7 +65,10 @@ class TimedLoader(Generic[T]):
         k = len(listeners)
         for attachment, started, ended in zip(attachments, starts[k:], ends[k:], strict=True):
             attachment.on_fetch(started, ended, None)
+        waiting = [*(listener.about_to_wait for listener in listeners), *(a.about_to_wait for a in attachments)]
         while True:
+            for about_to_wait in waiting:
+                about_to_wait()
             starts = [clock() for clock in clocks]
             try:
                 with loop_hooks.suppressed():
@@ -91,7 +94,9 @@ class TimedLoader(Generic[T]):
             ended = clock()
         if attachment is not None:
             attachment.on_fetch(started, ended, None)
+        about_to_wait = listeners[0].about_to_wait if listeners else attachments[0].about_to_wait
         while True:
+            about_to_wait()
             started = clock()
             try:
                 with loop_hooks.suppressed():

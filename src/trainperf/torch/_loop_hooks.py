@@ -37,6 +37,7 @@ class LoopObserver(Protocol):
 
     def on_loader(self, loader: Any, iterator: Any) -> None: ...
     def on_scaler_update(self) -> None: ...
+    def about_to_wait(self) -> None: ...  # said before each fetch: the writer may work while it waits
 
     clock: Callable[[], float]
     thread: int  # the training thread: fetches on other threads are not data wait
@@ -104,6 +105,7 @@ def _timed_next(self: Any) -> Any:
                 _evaluating()
             return _next(self)
         clock = observer.clock
+        observer.about_to_wait()
         started = clock()
         try:
             batch = _next(self)
@@ -117,6 +119,8 @@ def _timed_next(self: Any) -> Any:
         if not _suppressed and not is_grad_enabled():
             _evaluating()
         return _next(self)
+    for observer in observers:
+        observer.about_to_wait()
     starts = [observer.clock() for observer in observers]
     try:
         batch = _next(self)

@@ -143,6 +143,10 @@ class PerformanceCallback(TrainerCallback):
         self.listener.set_epoch(int(epoch) if epoch is not None else None)
 
     # -- the loader hooks ------------------------------------------------------------------
+    def about_to_wait(self) -> None:
+        """A fetch begins: the listener's writer may write while the training thread waits."""
+        self.listener.about_to_wait()
+
     def on_fetch(self, started: float, ended: float, batch: Any) -> None:
         if self._trainer is not None and not self.in_step_fetch:
             return  # an evaluation's fetch, or one outside the steps: not the training's data wait
