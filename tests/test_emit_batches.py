@@ -123,16 +123,24 @@ def test_the_writer_wakes_when_the_training_thread_is_about_to_wait_with_records
     emitter.close()
 
 
-def test_a_listener_says_so_before_a_timed_loaders_fetch(tmp_path):
+@pytest.mark.parametrize(("fetch_s", "told"), [(0.002, 4), (0.0001, 1)], ids=["a loader that waits", "batches ready"])
+def test_a_listener_is_told_before_a_timed_loaders_fetch_when_the_last_one_waited(fetch_s, told):
     torch = pytest.importorskip("torch")
     from trainperf.torch import timed
 
-    listener = PerformanceListener(1, sinks=[], report_hardware=False)
+    now = [0.0]
+
+    def clock() -> float:  # each reading moves on by fetch_s: a fetch, between two readings, takes that long
+        now[0] += fetch_s
+        return now[0]
+
+    listener = PerformanceListener(1, sinks=[], report_hardware=False, clock=clock)
     with mock.patch.object(listener._emitter, "nudge") as nudge:
         for _ in timed([torch.zeros(2)] * 3, listener):
-            assert nudge.call_count >= 1
+            assert nudge.call_count >= 1  # the first fetch is always said
             listener.record_iteration(samples=2)
-    assert nudge.call_count == 4  # three batches and the fetch that ended the loader
+    # three batches and the fetch that ended the loader; ready batches: the first fetch only
+    assert nudge.call_count == told
     listener.close()
 
 

@@ -68,6 +68,13 @@ def test_each_fetch_reaches_the_observers_on_the_training_thread_with_its_batch_
         assert observer.waits == [2.0, 4.0, 6.0]
 
 
+def test_a_loader_whose_fetches_do_not_block_is_said_to_wait_before_its_first_fetch_only(observers):
+    (observer,) = observers(None)
+    observer.clock = lambda: observer.now  # type: ignore[method-assign]  # every fetch takes no time
+    assert list(loader(3)) == [0, 1, 2]
+    assert observer.waits == [0.0]
+
+
 @pytest.mark.parametrize("count", [1, 2], ids=["one observer", "two observers"])
 @pytest.mark.parametrize("shift", [-1, 1], ids=["a lower thread id", "a higher thread id"])
 def test_a_fetch_on_another_thread_than_the_training_one_reaches_no_observer(observers, count, shift):

@@ -95,8 +95,10 @@ class TimedLoader(Generic[T]):
         if attachment is not None:
             attachment.on_fetch(started, ended, None)
         about_to_wait = listeners[0].about_to_wait if listeners else attachments[0].about_to_wait
+        blocked = True  # the last fetch waited: say so before the next one (see loop_hooks.BLOCKED_S)
         while True:
-            about_to_wait()
+            if blocked:
+                about_to_wait()
             started = clock()
             try:
                 with loop_hooks.suppressed():
@@ -106,6 +108,7 @@ class TimedLoader(Generic[T]):
                     attachment.on_fetch(started, clock(), None)  # an epoch's end: data time, no batch
                 return
             ended = clock()
+            blocked = ended - started >= loop_hooks.BLOCKED_S
             if attachment is None:
                 listeners[0].add_etl(fetch_wait(listeners[0].gc_pauses, started, ended))
             else:

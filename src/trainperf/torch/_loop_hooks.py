@@ -48,6 +48,11 @@ _observers: list[weakref.ref[LoopObserver]] = []  # weak: a model dropped withou
 # the training thread's fetches count at all, and a thread-local costs a lookup on every fetch.
 _suppressed = 0
 _originals: dict[str, Any] = {}
+#: A fetch that blocked this long is a wait worth telling the listener of before the next fetch (its
+#: writer thread may work while the loader's workers are waited for); a loader whose batches are
+#: ready (in memory, or prefetched in time) does not wake the writer for nothing.
+BLOCKED_S = 0.0005
+_blocked = True  # the last fetch on the training thread blocked for at least BLOCKED_S
 _next: Callable[[Any], Any] = _dl._BaseDataLoaderIter.__next__
 
 
@@ -104,15 +109,19 @@ def _timed_next(self: Any) -> Any:
             if observer is not None and not is_grad_enabled():
                 _evaluating()
             return _next(self)
+        global _blocked
         clock = observer.clock
-        observer.about_to_wait()
+        if _blocked:
+            observer.about_to_wait()
         started = clock()
         try:
             batch = _next(self)
         except StopIteration:
             observer.on_fetch(started, clock(), None)
             raise
-        observer.on_fetch(started, clock(), batch)
+        ended = clock()
+        _blocked = ended - started >= BLOCKED_S
+        observer.on_fetch(started, ended, batch)
         return batch
     observers = _listening()
     if not observers:
@@ -120,7 +129,7 @@ def _timed_next(self: Any) -> Any:
             _evaluating()
         return _next(self)
     for observer in observers:
-        observer.about_to_wait()
+        observer.about_to_wait()  # several listened models: rare enough to say it at every fetch
     starts = [observer.clock() for observer in observers]
     try:
         batch = _next(self)
