@@ -83,7 +83,7 @@ def records(draw: st.DrawFn) -> PerformanceRecord:
 
 @SUITE
 @given(records())
-def test_the_json_line_is_json_line_of_to_dict(record: PerformanceRecord) -> None:
+def test_a_generated_records_json_line_is_json_line_of_to_dict(record: PerformanceRecord) -> None:
     try:
         expected = json_line(record.to_dict())
     except (TypeError, ValueError) as exc:  # what the old path cannot write, the new one refuses too
@@ -95,7 +95,7 @@ def test_the_json_line_is_json_line_of_to_dict(record: PerformanceRecord) -> Non
 
 @SUITE
 @given(records())
-def test_the_text_line_is_the_field_table_rendered_in_turn(record: PerformanceRecord) -> None:
+def test_a_generated_records_text_line_is_the_field_table_rendered_in_turn(record: PerformanceRecord) -> None:
     try:
         expected = line_by_table(record)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -125,7 +125,7 @@ def test_a_records_text_is_made_once_for_every_sink_and_never_mixed_up() -> None
 
 @SUITE
 @given(records())
-def test_the_csv_cells_are_those_of_the_flat_dict(record: PerformanceRecord) -> None:
+def test_a_generated_records_csv_cells_are_those_of_the_flat_dict(record: PerformanceRecord) -> None:
     from trainperf.sinks import CSV_COLUMNS
     from trainperf.sinks._csv import _cell, _cells
 
