@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -65,6 +66,10 @@ def fixed_records() -> list[PerformanceRecord]:
     for name in _FLOATS[:8]:  # one figure at a time at the edges of its formats
         for value in (0.0, -0.0, 1e-12, 0.009999, 99.95, 1e16, -3.5):
             out.append(replace(out[4], **{name: value}))
+    rates = ("samples_per_sec", "batches_per_sec", "tokens_per_sec", "tflops_per_sec", "mfu", "mfu_real")
+    for name in rates:  # each rate on both sides of where its decimals stop showing two digits
+        for value in (1.0, 0.95, 0.1, 0.095, 0.0909, 0.01, 0.0095, 0.00826, -0.095, 1e-7):
+            out.append(replace(out[6], **{name: value}))
     out.append(replace(out[5], score=-0.0, iteration=2**62, epoch=0, rank=0, device=7, pid=0))
     return out
 
@@ -75,6 +80,7 @@ def write_outputs(folder: Path, records: list[PerformanceRecord]) -> None:
     from trainperf.sinks import CsvSink, JsonLinesSink, LoggingSink, RunDirSink
 
     folder.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(folder / "rank-0", ignore_errors=True)  # a run directory is appended to
     logger = logging.getLogger("trainperf.golden")
     handler = logging.FileHandler(folder / "line.log", mode="w", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(message)s"))

@@ -140,6 +140,14 @@ def _nan_same(a: list[Any], b: list[Any]) -> bool:
     return len(a) == len(b) and all(x == y or (x != x and y != y) for x, y in zip(a, b, strict=True))
 
 
+def test_a_value_strict_json_cannot_hold_is_refused_as_before() -> None:
+    record = replace(fixed_records()[0], extra={"sizes": [1.0, float("nan")]})  # not a figure: NaN in a list
+    with pytest.raises(ValueError, match="JSON compliant"):
+        json_line(record.to_dict())
+    with pytest.raises(ValueError, match="JSON compliant"):
+        record_json(record)
+
+
 def test_the_line_still_refuses_what_is_no_record() -> None:
     with pytest.raises(TypeError, match="record must be a PerformanceRecord"):
         format_line({"iteration": 1})  # type: ignore[arg-type]
