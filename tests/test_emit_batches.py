@@ -101,7 +101,6 @@ def test_a_batch_that_fails_costs_that_sink_those_records_and_the_other_sinks_no
     emitter.close()
 
 
-@pytest.mark.realtime
 def test_the_writer_wakes_when_the_training_thread_is_about_to_wait_with_records_queued():
     sink = Batches()
     emitter = Emitter([sink])
