@@ -11,6 +11,7 @@ both give the same values.
 
 from __future__ import annotations
 
+import string
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -55,6 +56,42 @@ class _Pending:
     size: int = 0
 
 
+#: The bytes that may end a whole listener line: its last ``;``, or white space after it (the
+#: cut-line pattern's ``(?<![;\s])``).
+_WHOLE_LINE_ENDS = b";" + string.whitespace.encode()
+_NUMBER_BYTES = [bytes([c]) for c in NUMBER_CHARS]
+#: The most bytes of a line's end that are looked for at the end of every line of its block.
+_TAIL_BYTES = 16
+
+
+def _cut_in_one_shape(block: bytes, shape: bytes, lines: int) -> int:
+    """How many cut listener lines ``block`` holds (``lines`` lines, all of ``shape``), as
+    :data:`CUT_LINE` counts them: a line with ``ETL: `` that does not end like a whole line, or
+    with a second ``ETL: ``. The pattern runs only where the block may hold one: a line holds at most
+    as many ``ETL: `` as its shape (taking digits away cannot break one), and when every line ends
+    with the first line's last bytes after its last number, ending with ``;``, no line is cut."""
+    if shape.count(b"ETL: ") == 1:
+        first = block[: block.find(b"\n")][-_TAIL_BYTES:]
+        tail = first[max(map(first.rfind, _NUMBER_BYTES)) + 1 :]
+        # each match ends at its own newline: as many as the block has lines means every line ends so
+        if tail and tail[-1] in _WHOLE_LINE_ENDS and block.count(tail + b"\n") == lines:
+            return 0
+    return len(CUT_LINE.findall(block))
+
+
+def _cut_in_shapes(block: bytes, stops: Any, with_etl: dict[bytes, Any], np: Any) -> int:
+    """How many cut listener lines ``block`` holds, as :data:`CUT_LINE` counts them, given where each
+    of its lines ends (``stops``, one past its newline) and the lines of each shape with ``ETL: ``
+    (``with_etl``, shape -> line indices): none when no such shape has two ``ETL: `` and every line
+    of them ends like a whole line; else the pattern counts them."""
+    if all(shape.count(b"ETL: ") == 1 for shape in with_etl):
+        rows = np.concatenate([np.asarray(rows, dtype=np.int64) for rows in with_etl.values()])
+        ends = np.frombuffer(block, dtype=np.uint8)[stops[rows] - 2]  # lines with a shape are not empty
+        if np.isin(ends, np.frombuffer(_WHOLE_LINE_ENDS, dtype=np.uint8)).all():
+            return 0
+    return len(CUT_LINE.findall(block))
+
+
 class _BulkReader:
     """Reads a log block by block; see :func:`read_bulk`."""
 
@@ -81,7 +118,7 @@ class _BulkReader:
             count = len(shapes) // end
             self.lines += count
             if b"ETL: " in shape:  # a line with ``ETL: `` keeps it when its digits are taken away
-                self.cut += len(CUT_LINE.findall(block))
+                self.cut += _cut_in_one_shape(block, shape, count)
             if b"iteration" in shape:
                 self._take(shape, np.arange(first_line, first_line + count), block)
             return
@@ -97,14 +134,21 @@ class _BulkReader:
         groups: dict[bytes, list[int]] = {}
         for i in odd:
             groups.setdefault(lines[i], []).append(i)
-        if b"ETL: " in common or any(b"ETL: " in shape for shape in groups):
-            self.cut += len(CUT_LINE.findall(block))
-        if b"iteration" not in common and not any(b"iteration" in shape for shape in groups):
+        etl = b"ETL: " in common or any(b"ETL: " in shape for shape in groups)
+        if not etl and b"iteration" not in common and not any(b"iteration" in shape for shape in groups):
             return  # not a listener line, whatever its numbers
         stops = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == ord("\n")) + 1
+        common_rows = np.delete(np.arange(len(lines)), odd)
+        if etl:
+            with_etl = {shape: rows for shape, rows in groups.items() if b"ETL: " in shape}
+            if b"ETL: " in common:
+                with_etl[common] = common_rows
+            self.cut += _cut_in_shapes(block, stops, with_etl, np)
+        if b"iteration" not in common and not any(b"iteration" in shape for shape in groups):
+            return
         starts = np.concatenate(([0], stops[:-1]))
         if b"iteration" in common:
-            self._take_rows(common, np.delete(np.arange(len(lines)), odd), block, starts, stops, first_line)
+            self._take_rows(common, common_rows, block, starts, stops, first_line)
         for shape, rows in groups.items():
             if b"iteration" in shape:
                 self._take_rows(shape, np.asarray(rows, dtype=np.int64), block, starts, stops, first_line)
