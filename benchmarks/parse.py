@@ -1,18 +1,33 @@
 """Parse 1,000,000 listener lines with ``trainperf.parse_log(...).to_pandas()`` and compare, in the
 same run, with ``pandas.read_csv`` reading the same figures written as CSV (the ceiling: pandas'
-C parser). Target: at least 0.1x read_csv's rows per second.
+C parser), and with the parser of an earlier commit reading the same files.
 
-A second, mixed log is timed too, closer to a real one: one line in ten is another logger's line,
-the verdict changes every few hundred lines, two logger prefixes alternate in stretches, and one
-listener line in a thousand has a ``NaN`` score. So is the same run written by ``JsonLinesSink``.
+Targets, on each of the three logs below: at least 0.15x read_csv's rows per second, and at least
+the rows per second of the parser at ``--against`` (default ``bd8eb8b``, before the parser was made
+robust to cut, glued and re-encoded lines).
 
-Run: ``python benchmarks/parse.py [--rows N]``.
+The first log is trainperf's lines behind a logger prefix. A second, mixed log is closer to a real
+one: one line in ten is another logger's line, the verdict changes every few hundred lines, two
+logger prefixes alternate in stretches, and one listener line in a thousand has a ``NaN`` score.
+The third is the same run written by ``JsonLinesSink``.
+
+The earlier parser is the ``src`` folder of ``--against`` (``git archive``), timed in a subprocess
+on the same files, best of the same repeats. Outside a git checkout, or where the commit is missing,
+that comparison is said to be skipped; ``--against ''`` skips it.
+
+Run: ``python benchmarks/parse.py [--rows N] [--repeats N] [--against REV]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import os
 import random
+import subprocess
+import sys
+import tarfile
 import tempfile
 import time
 from dataclasses import replace
@@ -85,10 +100,62 @@ def best_of(repeats: int, fn):  # type: ignore[no-untyped-def]
     return best, result
 
 
+#: Run with the earlier parser's ``src`` first on the path: the best time and the rows of each log.
+_TIME_EARLIER = """
+import json, sys, time
+import pandas  # imported before the clock starts, as it is in the run that compares
+import trainperf
+out = {}
+for path in sys.argv[2:]:
+    best, rows = float("inf"), 0
+    for _ in range(int(sys.argv[1])):
+        started = time.perf_counter()
+        rows = len(trainperf.parse_log(path).to_pandas())
+        best = min(best, time.perf_counter() - started)
+    out[path] = [best, rows]
+print(json.dumps(out))
+"""
+
+
+def earlier_src(rev: str, into: Path) -> tuple[Path | None, str]:
+    """The ``src`` folder of commit ``rev`` unpacked under ``into``, or ``None`` and why not."""
+    here = Path(__file__).resolve().parent
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True)
+    except OSError as exc:
+        return None, f"git cannot be run ({exc})"
+    if top.returncode:
+        return None, "not in a git checkout"
+    root = top.stdout.strip()
+    found = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=root,
+                           capture_output=True, text=True)
+    if found.returncode:
+        return None, f"no commit {rev!r} in this checkout"
+    archive = subprocess.run(["git", "archive", "--format=tar", found.stdout.strip(), "src"], cwd=root,
+                             capture_output=True)
+    if archive.returncode:
+        return None, f"git archive {rev} src failed: {archive.stderr.decode(errors='replace').strip()}"
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        if hasattr(tarfile, "data_filter"):  # Python 3.10.12+, 3.11.4+: no path outside ``into``
+            tar.extractall(into, filter="data")
+        else:
+            tar.extractall(into)  # noqa: S202 (our own repository's archive)
+    return into / "src", ""
+
+
+def time_earlier(src: Path, paths: list[Path], repeats: int) -> dict[str, tuple[float, int]]:
+    """Best seconds and rows of the parser in ``src`` on each of ``paths``, in a subprocess."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    done = subprocess.run([sys.executable, "-c", _TIME_EARLIER, str(repeats), *map(str, paths)], env=env,
+                          capture_output=True, text=True, check=True)
+    return {path: (seconds, rows) for path, (seconds, rows) in json.loads(done.stdout).items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--against", default="bd8eb8b", help="the commit whose parser to time too ('' for none)")
     args = parser.parse_args()
     records = make_lines(args.rows)
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,20 +180,38 @@ def main() -> None:
         theirs_s, reference = best_of(args.repeats, lambda: pd.read_csv(csv))
         mixed_s, mixed_frame = best_of(args.repeats, lambda: trainperf.parse_log(mixed).to_pandas())
         json_s, json_frame = best_of(args.repeats, lambda: trainperf.parse_log(jsonl).to_pandas())
+        earlier: dict[str, tuple[float, int]] = {}
+        skipped = "no --against given" if not args.against else ""
+        if args.against:
+            src, skipped = earlier_src(args.against, Path(tmp) / "earlier")
+            if src is not None:
+                earlier = time_earlier(src, [log, mixed, jsonl], args.repeats)
     assert len(frame) == args.rows == len(reference), (len(frame), len(reference))
     assert len(mixed_frame) == listener_lines, (len(mixed_frame), listener_lines)
     assert len(json_frame) == args.rows, len(json_frame)
-    ours, theirs = args.rows / ours_s, args.rows / theirs_s
+    theirs = args.rows / theirs_s
     print(f"rows: {args.rows:,}; columns: ours {frame.shape[1]}, read_csv {reference.shape[1]}")
-    print(f"trainperf.parse_log(...).to_pandas(): {ours_s:6.2f} s  {ours:12,.0f} rows/s")
-    print(f"pandas.read_csv:                      {theirs_s:6.2f} s  {theirs:12,.0f} rows/s")
-    print(f"ratio: {ours / theirs:.3f}x read_csv (target >= 0.1x)")
-    mixed_rate = listener_lines / mixed_s
-    print(f"mixed log ({args.rows:,} lines, {listener_lines:,} listener lines): {mixed_s:6.2f} s  "
-          f"{mixed_rate:12,.0f} rows/s = {mixed_rate / theirs:.3f}x read_csv")
-    json_rate = args.rows / json_s
-    print(f"JSON lines ({args.rows:,}, JsonLinesSink, columns {json_frame.shape[1]}): {json_s:6.2f} s  "
-          f"{json_rate:12,.0f} rows/s = {json_rate / theirs:.3f}x read_csv")
+    print(f"pandas.read_csv: {theirs_s:6.2f} s  {theirs:12,.0f} rows/s")
+    print("trainperf.parse_log(...).to_pandas(), target >= 0.15x read_csv"
+          + (f" and >= {args.against}'s parser:" if earlier else ":"))
+    logs = [
+        ("text log", log, ours_s, args.rows, f"{args.rows:,} lines"),
+        ("mixed log", mixed, mixed_s, listener_lines, f"{args.rows:,} lines, {listener_lines:,} listener lines"),
+        ("JSON lines", jsonl, json_s, args.rows, f"{args.rows:,}, JsonLinesSink, columns {json_frame.shape[1]}"),
+    ]
+    for name, path, seconds, rows, what in logs:
+        rate = rows / seconds
+        line = f"  {name} ({what}): {seconds:6.2f} s {rate:10,.0f} rows/s = {rate / theirs:.3f}x read_csv"
+        if str(path) in earlier:
+            old_s, old_rows = earlier[str(path)]
+            old_rate = rows / old_s
+            line += (f"; {args.against}: {old_s:6.2f} s {old_rate:10,.0f} rows/s = {old_rate / theirs:.3f}x"
+                     f" read_csv; ours {rate / old_rate:.2f}x {args.against}'s")
+            if old_rows != rows:
+                line += f" (it read {old_rows:,} rows)"
+        print(line)
+    if skipped:
+        print(f"comparison with an earlier parser skipped: {skipped}")
 
 
 if __name__ == "__main__":
