@@ -11,11 +11,14 @@ one: one line in ten is another logger's line, the verdict changes every few hun
 logger prefixes alternate in stretches, and one listener line in a thousand has a ``NaN`` score.
 The third is the same run written by ``JsonLinesSink``.
 
-The earlier parser is the ``src`` folder of ``--against`` (``git archive``), timed in a subprocess
-on the same files, best of the same repeats. Outside a git checkout, or where the commit is missing,
-that comparison is said to be skipped; ``--against ''`` skips it.
+The earlier parser is the ``src`` folder of ``--against`` (``git archive``). Each parser, and
+read_csv, is timed in a fresh process (never in the one that has just written the logs), best of
+``--repeats``; the two parsers take turns for ``--rounds`` rounds, so that a change in a shared
+machine's load falls on both, and each figure is the best of all its rounds. Outside a git
+checkout, or where the commit is missing, the comparison is said to be skipped; ``--against ''``
+skips it.
 
-Run: ``python benchmarks/parse.py [--rows N] [--repeats N] [--against REV]``.
+Run: ``python benchmarks/parse.py [--rows N] [--repeats N] [--rounds N] [--against REV]``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -90,31 +92,35 @@ def mixed_log(records: list[PerformanceRecord], seed: int = 1) -> tuple[str, int
     return "\n".join(out) + "\n", listener
 
 
-def best_of(repeats: int, fn):  # type: ignore[no-untyped-def]
-    best = float("inf")
-    result = None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - started)
-    return best, result
-
-
-#: Run with the earlier parser's ``src`` first on the path: the best time and the rows of each log.
-_TIME_EARLIER = """
+#: Times, in a fresh process, each ``parse:PATH`` (``trainperf.parse_log(PATH).to_pandas()``, with
+#: the ``trainperf`` that PYTHONPATH finds first) and ``csv:PATH`` (``pandas.read_csv``): best of
+#: argv[1] repeats, and the rows each gave.
+_TIMER = """
 import json, sys, time
-import pandas  # imported before the clock starts, as it is in the run that compares
+import pandas
 import trainperf
 out = {}
-for path in sys.argv[2:]:
+for job in sys.argv[2:]:
+    kind, path = job.split(":", 1)
+    read = (lambda: trainperf.parse_log(path).to_pandas()) if kind == "parse" else (lambda: pandas.read_csv(path))
     best, rows = float("inf"), 0
     for _ in range(int(sys.argv[1])):
         started = time.perf_counter()
-        rows = len(trainperf.parse_log(path).to_pandas())
+        rows = len(read())
         best = min(best, time.perf_counter() - started)
-    out[path] = [best, rows]
+    out[job] = [best, rows]
 print(json.dumps(out))
 """
+
+
+def time_in_subprocess(src: Path, jobs: list[str], repeats: int) -> dict[str, tuple[float, int]]:
+    """Best seconds and rows of each job (see :data:`_TIMER`) in a fresh process whose ``trainperf``
+    is the one in ``src``: ours and the earlier parser run alike, neither in a process that has
+    just written the logs."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    done = subprocess.run([sys.executable, "-c", _TIMER, str(repeats), *jobs], env=env, capture_output=True,
+                          text=True, check=True)
+    return {job: (seconds, rows) for job, (seconds, rows) in json.loads(done.stdout).items()}
 
 
 def earlier_src(rev: str, into: Path) -> tuple[Path | None, str]:
@@ -143,18 +149,11 @@ def earlier_src(rev: str, into: Path) -> tuple[Path | None, str]:
     return into / "src", ""
 
 
-def time_earlier(src: Path, paths: list[Path], repeats: int) -> dict[str, tuple[float, int]]:
-    """Best seconds and rows of the parser in ``src`` on each of ``paths``, in a subprocess."""
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    done = subprocess.run([sys.executable, "-c", _TIME_EARLIER, str(repeats), *map(str, paths)], env=env,
-                          capture_output=True, text=True, check=True)
-    return {path: (seconds, rows) for path, (seconds, rows) in json.loads(done.stdout).items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="timings per process, the best kept")
+    parser.add_argument("--rounds", type=int, default=2, help="processes per parser, taking turns")
     parser.add_argument("--against", default="bd8eb8b", help="the commit whose parser to time too ('' for none)")
     args = parser.parse_args()
     records = make_lines(args.rows)
@@ -176,41 +175,48 @@ def main() -> None:
             for record in records:
                 sink(record)
         del records, text
-        ours_s, frame = best_of(args.repeats, lambda: trainperf.parse_log(log).to_pandas())
-        theirs_s, reference = best_of(args.repeats, lambda: pd.read_csv(csv))
-        mixed_s, mixed_frame = best_of(args.repeats, lambda: trainperf.parse_log(mixed).to_pandas())
-        json_s, json_frame = best_of(args.repeats, lambda: trainperf.parse_log(jsonl).to_pandas())
-        earlier: dict[str, tuple[float, int]] = {}
-        skipped = "no --against given" if not args.against else ""
+        ours_src = Path(trainperf.__file__).resolve().parents[1]
+        jobs = [f"parse:{path}" for path in (log, mixed, jsonl)]
+        earlier_at, skipped = None, "no --against given"
         if args.against:
-            src, skipped = earlier_src(args.against, Path(tmp) / "earlier")
-            if src is not None:
-                earlier = time_earlier(src, [log, mixed, jsonl], args.repeats)
-    assert len(frame) == args.rows == len(reference), (len(frame), len(reference))
-    assert len(mixed_frame) == listener_lines, (len(mixed_frame), listener_lines)
-    assert len(json_frame) == args.rows, len(json_frame)
-    theirs = args.rows / theirs_s
-    print(f"rows: {args.rows:,}; columns: ours {frame.shape[1]}, read_csv {reference.shape[1]}")
-    print(f"pandas.read_csv: {theirs_s:6.2f} s  {theirs:12,.0f} rows/s")
+            earlier_at, skipped = earlier_src(args.against, Path(tmp) / "earlier")
+        ours: dict[str, tuple[float, int]] = {}
+        earlier: dict[str, tuple[float, int]] = {}
+        for _ in range(args.rounds):  # taking turns, so that a change in the machine's load falls on both
+            for job, (seconds, rows) in time_in_subprocess(ours_src, [f"csv:{csv}", *jobs], args.repeats).items():
+                ours[job] = min(ours.get(job, (seconds, rows)), (seconds, rows))
+            if earlier_at is not None:
+                for job, (seconds, rows) in time_in_subprocess(earlier_at, jobs, args.repeats).items():
+                    earlier[job] = min(earlier.get(job, (seconds, rows)), (seconds, rows))
+    csv_s, csv_rows = ours[f"csv:{csv}"]
+    expected = {f"parse:{log}": args.rows, f"parse:{mixed}": listener_lines, f"parse:{jsonl}": args.rows}
+    for job, rows in expected.items():
+        assert ours[job][1] == rows, (job, ours[job], rows)
+    assert csv_rows == args.rows, csv_rows
+    theirs = args.rows / csv_s
+    print(f"rows: {args.rows:,}; each figure the best of {args.rounds} rounds of {args.repeats} repeats, "
+          "each parser in a fresh process")
+    print(f"pandas.read_csv: {csv_s:6.2f} s  {theirs:12,.0f} rows/s")
     print("trainperf.parse_log(...).to_pandas(), target >= 0.15x read_csv"
           + (f" and >= {args.against}'s parser:" if earlier else ":"))
     logs = [
-        ("text log", log, ours_s, args.rows, f"{args.rows:,} lines"),
-        ("mixed log", mixed, mixed_s, listener_lines, f"{args.rows:,} lines, {listener_lines:,} listener lines"),
-        ("JSON lines", jsonl, json_s, args.rows, f"{args.rows:,}, JsonLinesSink, columns {json_frame.shape[1]}"),
+        ("text log", log, f"{args.rows:,} lines"),
+        ("mixed log", mixed, f"{args.rows:,} lines, {listener_lines:,} listener lines"),
+        ("JSON lines", jsonl, f"{args.rows:,}, JsonLinesSink"),
     ]
-    for name, path, seconds, rows, what in logs:
+    for name, path, what in logs:
+        seconds, rows = ours[f"parse:{path}"]
         rate = rows / seconds
         line = f"  {name} ({what}): {seconds:6.2f} s {rate:10,.0f} rows/s = {rate / theirs:.3f}x read_csv"
-        if str(path) in earlier:
-            old_s, old_rows = earlier[str(path)]
+        if f"parse:{path}" in earlier:
+            old_s, old_rows = earlier[f"parse:{path}"]
             old_rate = rows / old_s
             line += (f"; {args.against}: {old_s:6.2f} s {old_rate:10,.0f} rows/s = {old_rate / theirs:.3f}x"
                      f" read_csv; ours {rate / old_rate:.2f}x {args.against}'s")
             if old_rows != rows:
                 line += f" (it read {old_rows:,} rows)"
         print(line)
-    if skipped:
+    if earlier_at is None:
         print(f"comparison with an earlier parser skipped: {skipped}")
 
 
