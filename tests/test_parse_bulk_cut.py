@@ -128,3 +128,43 @@ def test_cut_lines_at_block_edges_and_inside_blocks_read_alike_on_both_paths(mon
     edges = [block[: block.find(b"\n") + 1] + block[block.rfind(b"\n", 0, len(block) - 1) + 1 :] for block in blocks]
     cut_edges = [len(CUT_LINE.findall(edge)) for edge in edges]
     assert len(blocks) > 1 and sum(cut_edges) > 0  # some block starts or ends with a cut line
+
+
+def _pieces(rows: int, segments: int) -> tuple[list, pd.DataFrame]:
+    """Two pieces of rows (line numbers, frame, first lines) that interleave in ``segments`` stretches,
+    and the rows in line order."""
+    import numpy as np
+
+    cuts = np.linspace(0, rows, segments + 1).astype(int)
+    owner = np.zeros(rows, dtype=int)
+    for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True)):
+        owner[a:b] = i % 2
+    pieces = []
+    for p in (0, 1):
+        lines = np.flatnonzero(owner == p)
+        frame = pd.DataFrame({"iteration": lines * 10, "score": lines / 7.0})
+        if p:
+            frame["verdict"] = np.asarray([f"v{i}" for i in lines], dtype=object)
+        pieces.append((lines, frame, {}))
+    expected = pd.DataFrame({"iteration": np.arange(rows) * 10, "score": np.arange(rows) / 7.0,
+                             "verdict": [f"v{i}" if owner[i] else np.nan for i in range(rows)]})
+    return pieces, expected
+
+
+@pytest.mark.parametrize("rows, segments", [(20_000, 3), (20_000, 19), (20_000, 21), (3000, 40), (6, 6)])
+def test_pieces_that_interleave_come_out_in_line_order_by_slices_or_by_one_take(rows, segments, monkeypatch):
+    """Slices while a stretch holds a thousand rows on average, one ``take`` past that: the same frame."""
+    import numpy as np
+
+    pieces, expected = _pieces(rows, segments)
+    taken: list[int] = []
+    take = pd.DataFrame.take
+
+    def spy(self, indices, *args, **kwargs):
+        taken.append(len(indices))
+        return take(self, indices, *args, **kwargs)
+
+    monkeypatch.setattr(pd.DataFrame, "take", spy)
+    frame = _parse_bulk._in_line_order(pieces, pd, np)
+    pd.testing.assert_frame_equal(frame, expected, check_exact=True)
+    assert (rows in taken) == (segments * 1000 > rows)

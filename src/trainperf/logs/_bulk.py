@@ -33,8 +33,9 @@ MIN_LINES = 128
 MAX_COUNTED_SHAPES = 10_000
 #: Longer shapes are never learned (learning probes every word): such lines take the line patterns.
 MAX_SHAPE_BYTES = 4096
-#: Segments past which rows read apart are put in line order by one ``take`` instead of by slices.
-_MAX_SEGMENTS = 2000
+#: Rows read apart are put in line order by slices while each slice holds this many rows on average,
+#: else by one ``take``: a slice costs about as much as a ``take`` of a thousand rows.
+_ROWS_PER_SEGMENT = 1000
 
 
 def blocks(data: bytes, size: int, end: int | None = None) -> Iterator[bytes]:
@@ -253,7 +254,7 @@ def _in_line_order(pieces: list[tuple[Any, Any, dict[str, int]]], pd: Any, np: A
     piece_start = np.zeros(len(numbers), dtype=bool)
     piece_start[offsets[:-1]] = True
     heads = np.flatnonzero(np.concatenate(([True], (np.diff(order) != 1) | piece_start[order[1:]])))
-    if len(heads) > _MAX_SEGMENTS:
+    if len(heads) * _ROWS_PER_SEGMENT > len(order):
         frame = pd.concat(frames, ignore_index=True, sort=False)
         return frame.take(order).reset_index(drop=True)
     sizes = np.diff(np.append(heads, len(order))).tolist()
