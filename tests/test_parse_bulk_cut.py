@@ -168,3 +168,27 @@ def test_pieces_that_interleave_come_out_in_line_order_by_slices_or_by_one_take(
     frame = _parse_bulk._in_line_order(pieces, pd, np)
     pd.testing.assert_frame_equal(frame, expected, check_exact=True)
     assert (rows in taken) == (segments * 1000 > rows)
+
+
+#: Shapes of lines, several of one length (``true``/``null``), one that ends like another (a longer
+#: line holding the common shape at its end), and an empty line.
+SHAPES = [b"ETL:  ms; iteration ; warm: true;", b"ETL:  ms; iteration ; warm: null;",
+          b"x" + b"ETL:  ms; iteration ; warm: true;", b"ETL:  ms; iteration ; warm: true;e-", b"", b"another logger"]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_block_of_few_odd_lines_is_grouped_as_when_split_into_lines(seed):
+    import numpy as np
+
+    rng = random.Random(seed)
+    count = rng.randrange(1, 80)
+    common = rng.choice(SHAPES[:2])
+    odd = rng.sample(range(count), min(count, rng.choice([0, 1, 2, 5, 16, 17, 40])))
+    lines = [rng.choice(SHAPES) if i in odd else common for i in range(count)]
+    shapes = b"".join(line + b"\n" for line in lines)
+    grouped = _parse_bulk._few_odd_lines(shapes, np)
+    assert grouped is None or grouped == _parse_bulk._group_lines(shapes)
+    middle = lines[count // 2]
+    differ = [line for line in lines if line != middle]
+    if len(differ) <= 16 and 2 * len(differ) <= count and all(len(line) != len(middle) for line in differ):
+        assert grouped is not None  # found without splitting the block: the odd lines are of another length

@@ -93,6 +93,56 @@ def _cut_in_shapes(block: bytes, stops: Any, with_etl: dict[bytes, Any], np: Any
     return len(CUT_LINE.findall(block))
 
 
+#: The most lines of a block that may differ from the shape of most of them (a rare float written
+#: ``1e-05``) for the block to be grouped without splitting it into lines.
+_MAX_ODD_LINES = 16
+_Grouped = tuple[int, bytes, list[int], dict[bytes, list[int]]]
+
+
+def _group_lines(shapes: bytes) -> _Grouped:
+    """The lines of ``shapes`` (a block's lines without their digits and dots, each ending in a
+    newline) grouped: how many there are, the shape most of them share, the indices of the other
+    lines, and those lines by shape (in the order they first come)."""
+    lines = shapes.split(b"\n")
+    lines.pop()  # after the last newline
+    # Most lines of a block share one shape: find it, then group only the other lines.
+    common = lines[len(lines) // 2]
+    odd = [i for i, shape in enumerate(lines) if shape != common]
+    if 2 * len(odd) > len(lines):
+        common = Counter(lines).most_common(1)[0][0]
+        odd = [i for i, shape in enumerate(lines) if shape != common]
+    groups: dict[bytes, list[int]] = {}
+    for i in odd:
+        groups.setdefault(lines[i], []).append(i)
+    return len(lines), common, odd, groups
+
+
+def _few_odd_lines(shapes: bytes, np: Any) -> _Grouped | None:
+    """What :func:`_group_lines` gives, found without splitting ``shapes`` into lines, when at most
+    :data:`_MAX_ODD_LINES` of them (and fewer than half) differ from the middle line's shape; else
+    ``None``. Lines of another length differ; the others, in each stretch between those, are the
+    middle line's shape when each of them is it, byte for byte."""
+    text = np.frombuffer(shapes, dtype=np.uint8)
+    ends = np.flatnonzero(text == ord("\n"))
+    count = len(ends)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    middle = count // 2
+    common = shapes[int(starts[middle]) : int(ends[middle]) + 1]
+    odd = np.flatnonzero(ends - starts != len(common) - 1).tolist()
+    if len(odd) > _MAX_ODD_LINES or 2 * len(odd) > count:
+        return None
+    expected = np.frombuffer(common, dtype=np.uint8)
+    for after, before in zip([-1, *odd], [*odd, count], strict=True):
+        if after + 1 < before:  # the lines between two odd ones, one row each
+            stretch = text[int(starts[after + 1]) : int(ends[before - 1]) + 1].reshape(-1, len(common))
+            if not (stretch == expected).all():
+                return None
+    groups: dict[bytes, list[int]] = {}
+    for i in odd:
+        groups.setdefault(shapes[int(starts[i]) : int(ends[i])], []).append(i)
+    return count, common[:-1], odd, groups
+
+
 class _BulkReader:
     """Reads a log block by block; see :func:`read_bulk`."""
 
@@ -123,23 +173,13 @@ class _BulkReader:
             if b"iteration" in shape:
                 self._take(shape, np.arange(first_line, first_line + count), block)
             return
-        lines = shapes.split(b"\n")
-        lines.pop()  # after the last newline
-        self.lines += len(lines)
-        # Most lines of a block share one shape: find it, then group only the other lines.
-        common = lines[len(lines) // 2]
-        odd = [i for i, shape in enumerate(lines) if shape != common]
-        if 2 * len(odd) > len(lines):
-            common = Counter(lines).most_common(1)[0][0]
-            odd = [i for i, shape in enumerate(lines) if shape != common]
-        groups: dict[bytes, list[int]] = {}
-        for i in odd:
-            groups.setdefault(lines[i], []).append(i)
+        count, common, odd, groups = _few_odd_lines(shapes, np) or _group_lines(shapes)
+        self.lines += count
         etl = b"ETL: " in common or any(b"ETL: " in shape for shape in groups)
         if not etl and b"iteration" not in common and not any(b"iteration" in shape for shape in groups):
             return  # not a listener line, whatever its numbers
         stops = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == ord("\n")) + 1
-        common_rows = np.delete(np.arange(len(lines)), odd)
+        common_rows = np.delete(np.arange(count), odd)
         if etl:
             with_etl = {shape: rows for shape, rows in groups.items() if b"ETL: " in shape}
             if b"ETL: " in common:
