@@ -70,7 +70,8 @@ def _cut_in_one_shape(block: bytes, shape: bytes, lines: int) -> int:
     :data:`CUT_LINE` counts them: a line with ``ETL: `` that does not end like a whole line, or
     with a second ``ETL: ``. The pattern runs only where the block may hold one: a line holds at most
     as many ``ETL: `` as its shape (taking digits away cannot break one), and when every line ends
-    with the first line's last bytes after its last number, ending with ``;``, no line is cut."""
+    with the first line's last bytes after its last number, which end like a whole line (``;`` or
+    white space), no line is cut."""
     if shape.count(b"ETL: ") == 1:
         first = block[: block.find(b"\n")][-_TAIL_BYTES:]
         tail = first[max(map(first.rfind, _NUMBER_BYTES)) + 1 :]
