@@ -192,3 +192,16 @@ def test_a_block_of_few_odd_lines_is_grouped_as_when_split_into_lines(seed):
     differ = [line for line in lines if line != middle]
     if len(differ) <= 16 and 2 * len(differ) <= count and all(len(line) != len(middle) for line in differ):
         assert grouped is not None  # found without splitting the block: the odd lines are of another length
+
+
+@pytest.mark.parametrize("between", [0, 1, 2])
+def test_a_line_of_the_common_length_between_two_odd_ones_is_looked_at(between):
+    """A line of another shape but the common one's length, with odd lines of another length right
+    around it, is not taken for the common shape."""
+    import numpy as np
+
+    common, same_length, longer = SHAPES[0], SHAPES[1], SHAPES[3]
+    lines = [common] * 10 + [longer] + [same_length] * between + [longer] + [common] * 30  # the middle: common
+    shapes = b"".join(line + b"\n" for line in lines)
+    grouped = _parse_bulk._few_odd_lines(shapes, np)
+    assert grouped is None if between else grouped == _parse_bulk._group_lines(shapes)
