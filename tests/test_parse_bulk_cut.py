@@ -205,3 +205,14 @@ def test_a_line_of_the_common_length_between_two_odd_ones_is_looked_at(between):
     shapes = b"".join(line + b"\n" for line in lines)
     grouped = _parse_bulk._few_odd_lines(shapes, np)
     assert grouped is None if between else grouped == _parse_bulk._group_lines(shapes)
+
+
+def test_a_piece_that_starts_right_after_another_ends_is_a_stretch_of_its_own():
+    """Three pieces where one piece's last line is right before the next piece's first line, among
+    stretches of a thousand rows or more (put in order by slices): every row, once, in line order."""
+    import numpy as np
+
+    spans = [np.r_[0:1000, 4000:5000], np.r_[1000:2000], np.r_[2000:4000]]
+    pieces = [(lines, pd.DataFrame({"iteration": lines * 10}), {}) for lines in spans]
+    frame = _parse_bulk._in_line_order(pieces, pd, np)
+    assert frame["iteration"].tolist() == list(range(0, 50_000, 10))
