@@ -114,3 +114,23 @@ def test_the_cli_plots_one_rank(tmp_path):
                               "--rank", "4"], capture_output=True, text=True)
     assert missing.returncode == 2 and "rank 4 has no lines to plot: the ranks in the data are 0, 1" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+@pytest.mark.parametrize("iterations, ranks", [
+    ([10, 20, 10, 20, 20, 5], None),
+    ([10.0, 20.0, 10.0, float("inf"), 3.0, 3.0], [1.0] * 6),  # one rank given: counted as without one
+    ([10, 10, 20, 20, 10], [0.0, 1.0, 0.0, 1.0, 1.0]),
+    ([10, 10, 20, 5], [float("nan"), 1.0, float("nan"), 1.0]),
+    ([10, 5, 5], [float("nan")] * 3),
+    ([], None),
+    ([7], [2.0]),
+])
+def test_a_frames_run_column_is_run_numbers_of_its_iterations_and_ranks(iterations, ranks):
+    from trainperf.logs import run_numbers
+    from trainperf.logs._parse import number_runs
+
+    columns = {"iteration": iterations} if ranks is None else {"iteration": iterations, "rank": ranks}
+    frame = pd.DataFrame(columns, dtype="float64", index=pd.RangeIndex(10, 10 + len(iterations)))
+    runs = number_runs(frame)
+    assert runs.dtype == "int64" and list(runs.index) == list(frame.index)
+    assert runs.tolist() == run_numbers(iterations, ranks)

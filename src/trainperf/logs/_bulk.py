@@ -11,6 +11,7 @@ both give the same values.
 
 from __future__ import annotations
 
+import string
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -32,8 +33,9 @@ MIN_LINES = 128
 MAX_COUNTED_SHAPES = 10_000
 #: Longer shapes are never learned (learning probes every word): such lines take the line patterns.
 MAX_SHAPE_BYTES = 4096
-#: Segments past which rows read apart are put in line order by one ``take`` instead of by slices.
-_MAX_SEGMENTS = 2000
+#: Rows read apart are put in line order by slices while each slice holds this many rows on average,
+#: else by one ``take``: a slice costs about as much as a ``take`` of a thousand rows.
+_ROWS_PER_SEGMENT = 1000
 
 
 def blocks(data: bytes, size: int, end: int | None = None) -> Iterator[bytes]:
@@ -53,6 +55,93 @@ class _Pending:
     pieces: list[tuple[Any, bytes]] = field(default_factory=list)
     lines: int = 0
     size: int = 0
+
+
+#: The bytes that may end a whole listener line: its last ``;``, or white space after it (the
+#: cut-line pattern's ``(?<![;\s])``).
+_WHOLE_LINE_ENDS = b";" + string.whitespace.encode()
+_NUMBER_BYTES = [bytes([c]) for c in NUMBER_CHARS]
+#: The most bytes of a line's end that are looked for at the end of every line of its block.
+_TAIL_BYTES = 16
+
+
+def _cut_in_one_shape(block: bytes, shape: bytes, lines: int) -> int:
+    """How many cut listener lines ``block`` holds (``lines`` lines, all of ``shape``), as
+    :data:`CUT_LINE` counts them: a line with ``ETL: `` that does not end like a whole line, or
+    with a second ``ETL: ``. The pattern runs only where the block may hold one: a line holds at most
+    as many ``ETL: `` as its shape (taking digits away cannot break one), and when every line ends
+    with the first line's last bytes after its last number, which end like a whole line (``;`` or
+    white space), no line is cut."""
+    if shape.count(b"ETL: ") == 1:
+        first = block[: block.find(b"\n")][-_TAIL_BYTES:]
+        tail = first[max(map(first.rfind, _NUMBER_BYTES)) + 1 :]
+        # each match ends at its own newline: as many as the block has lines means every line ends so
+        if tail and tail[-1] in _WHOLE_LINE_ENDS and block.count(tail + b"\n") == lines:
+            return 0
+    return len(CUT_LINE.findall(block))
+
+
+def _cut_in_shapes(block: bytes, stops: Any, with_etl: dict[bytes, Any], np: Any) -> int:
+    """How many cut listener lines ``block`` holds, as :data:`CUT_LINE` counts them, given where each
+    of its lines ends (``stops``, one past its newline) and the lines of each shape with ``ETL: ``
+    (``with_etl``, shape -> line indices): none when no such shape has two ``ETL: `` and every line
+    of them ends like a whole line; else the pattern counts them."""
+    if all(shape.count(b"ETL: ") == 1 for shape in with_etl):
+        rows = np.concatenate([np.asarray(rows, dtype=np.int64) for rows in with_etl.values()])
+        ends = np.frombuffer(block, dtype=np.uint8)[stops[rows] - 2]  # lines with a shape are not empty
+        if np.isin(ends, np.frombuffer(_WHOLE_LINE_ENDS, dtype=np.uint8)).all():
+            return 0
+    return len(CUT_LINE.findall(block))
+
+
+#: The most lines of a block that may differ from the shape of most of them (a rare float written
+#: ``1e-05``) for the block to be grouped without splitting it into lines.
+_MAX_ODD_LINES = 16
+_Grouped = tuple[int, bytes, list[int], dict[bytes, list[int]]]
+
+
+def _group_lines(shapes: bytes) -> _Grouped:
+    """The lines of ``shapes`` (a block's lines without their digits and dots, each ending in a
+    newline) grouped: how many there are, the shape most of them share, the indices of the other
+    lines, and those lines by shape (in the order they first come)."""
+    lines = shapes.split(b"\n")
+    lines.pop()  # after the last newline
+    # Most lines of a block share one shape: find it, then group only the other lines.
+    common = lines[len(lines) // 2]
+    odd = [i for i, shape in enumerate(lines) if shape != common]
+    if 2 * len(odd) > len(lines):
+        common = Counter(lines).most_common(1)[0][0]
+        odd = [i for i, shape in enumerate(lines) if shape != common]
+    groups: dict[bytes, list[int]] = {}
+    for i in odd:
+        groups.setdefault(lines[i], []).append(i)
+    return len(lines), common, odd, groups
+
+
+def _few_odd_lines(shapes: bytes, np: Any) -> _Grouped | None:
+    """What :func:`_group_lines` gives, found without splitting ``shapes`` into lines, when at most
+    :data:`_MAX_ODD_LINES` of them (and fewer than half) differ from the middle line's shape; else
+    ``None``. Lines of another length differ; the others, in each stretch between those, are the
+    middle line's shape when each of them is it, byte for byte."""
+    text = np.frombuffer(shapes, dtype=np.uint8)
+    ends = np.flatnonzero(text == ord("\n"))
+    count = len(ends)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    middle = count // 2
+    common = shapes[int(starts[middle]) : int(ends[middle]) + 1]
+    odd = np.flatnonzero(ends - starts != len(common) - 1).tolist()
+    if len(odd) > _MAX_ODD_LINES or 2 * len(odd) > count:
+        return None
+    expected = np.frombuffer(common, dtype=np.uint8)
+    for after, before in zip([-1, *odd], [*odd, count], strict=True):
+        if after + 1 < before:  # the lines between two odd ones, one row each
+            stretch = text[int(starts[after + 1]) : int(ends[before - 1]) + 1].reshape(-1, len(common))
+            if not (stretch == expected).all():
+                return None
+    groups: dict[bytes, list[int]] = {}
+    for i in odd:
+        groups.setdefault(shapes[int(starts[i]) : int(ends[i])], []).append(i)
+    return count, common[:-1], odd, groups
 
 
 class _BulkReader:
@@ -81,30 +170,27 @@ class _BulkReader:
             count = len(shapes) // end
             self.lines += count
             if b"ETL: " in shape:  # a line with ``ETL: `` keeps it when its digits are taken away
-                self.cut += len(CUT_LINE.findall(block))
+                self.cut += _cut_in_one_shape(block, shape, count)
             if b"iteration" in shape:
                 self._take(shape, np.arange(first_line, first_line + count), block)
             return
-        lines = shapes.split(b"\n")
-        lines.pop()  # after the last newline
-        self.lines += len(lines)
-        # Most lines of a block share one shape: find it, then group only the other lines.
-        common = lines[len(lines) // 2]
-        odd = [i for i, shape in enumerate(lines) if shape != common]
-        if 2 * len(odd) > len(lines):
-            common = Counter(lines).most_common(1)[0][0]
-            odd = [i for i, shape in enumerate(lines) if shape != common]
-        groups: dict[bytes, list[int]] = {}
-        for i in odd:
-            groups.setdefault(lines[i], []).append(i)
-        if b"ETL: " in common or any(b"ETL: " in shape for shape in groups):
-            self.cut += len(CUT_LINE.findall(block))
-        if b"iteration" not in common and not any(b"iteration" in shape for shape in groups):
+        count, common, odd, groups = _few_odd_lines(shapes, np) or _group_lines(shapes)
+        self.lines += count
+        etl = b"ETL: " in common or any(b"ETL: " in shape for shape in groups)
+        if not etl and b"iteration" not in common and not any(b"iteration" in shape for shape in groups):
             return  # not a listener line, whatever its numbers
         stops = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == ord("\n")) + 1
+        common_rows = np.delete(np.arange(count), odd)
+        if etl:
+            with_etl = {shape: rows for shape, rows in groups.items() if b"ETL: " in shape}
+            if b"ETL: " in common:
+                with_etl[common] = common_rows
+            self.cut += _cut_in_shapes(block, stops, with_etl, np)
+        if b"iteration" not in common and not any(b"iteration" in shape for shape in groups):
+            return
         starts = np.concatenate(([0], stops[:-1]))
         if b"iteration" in common:
-            self._take_rows(common, np.delete(np.arange(len(lines)), odd), block, starts, stops, first_line)
+            self._take_rows(common, common_rows, block, starts, stops, first_line)
         for shape, rows in groups.items():
             if b"iteration" in shape:
                 self._take_rows(shape, np.asarray(rows, dtype=np.int64), block, starts, stops, first_line)
@@ -209,7 +295,7 @@ def _in_line_order(pieces: list[tuple[Any, Any, dict[str, int]]], pd: Any, np: A
     piece_start = np.zeros(len(numbers), dtype=bool)
     piece_start[offsets[:-1]] = True
     heads = np.flatnonzero(np.concatenate(([True], (np.diff(order) != 1) | piece_start[order[1:]])))
-    if len(heads) > _MAX_SEGMENTS:
+    if len(heads) * _ROWS_PER_SEGMENT > len(order):
         frame = pd.concat(frames, ignore_index=True, sort=False)
         return frame.take(order).reset_index(drop=True)
     sizes = np.diff(np.append(heads, len(order))).tolist()

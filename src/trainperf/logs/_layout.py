@@ -177,16 +177,17 @@ def _fit(block: bytes, numbers_text: bytes, layout: Layout, np: Any) -> tuple[An
     stand between them, and for words with more than their number, from the characters around the
     number in ``block``."""
     text = np.frombuffer(numbers_text, dtype=np.uint8)
-    digit = text > 32
-    begin = np.flatnonzero(digit[1:] > digit[:-1])
-    begin += 1
-    if len(digit) and digit[0]:
-        begin = np.concatenate(([0], begin))
-    stop = np.flatnonzero(digit[:-1] > digit[1:])
-    stop += 1  # the text ends with a newline, so every run stops before it
+    digit = np.empty(len(text) + 1, dtype=bool)  # with no digit before the text
+    digit[0] = False
+    np.greater(text, 32, out=digit[1:])
+    # where a run of digits and dots begins or stops, in turn: found in one pass
+    edges = np.flatnonzero(digit[1:] != digit[:-1])
+    if len(edges) % 2:
+        return None  # the last run does not stop (the text does not end with a newline)
+    begin, stop = edges[0::2], edges[1::2]
     words = [at for at in range(layout.words) if at not in layout.empty]
     lines = len(begin) // len(words)
-    if not lines or len(begin) != lines * len(words) or len(stop) != len(begin):
+    if not lines or len(begin) != lines * len(words):
         return None
     # Between two runs there are only separators, one per word boundary: as many as the layout's
     # line has between the words that hold them, on every line. With the count of separators per
@@ -217,20 +218,18 @@ def _fit(block: bytes, numbers_text: bytes, layout: Layout, np: Any) -> tuple[An
 
 def _bytes_fit(data: Any, checks: list[tuple[Any, Iterable[int], bytes]], np: Any) -> bool:
     """Whether, for each ``(bases, offsets, expected)`` of ``checks``, ``data`` holds the bytes of
-    ``expected`` at those ``offsets`` from each of ``bases`` (one base per row): one gather for all."""
-    which: list[int] = []
-    steps: list[int] = []
-    wanted = bytearray()
-    for i, (_, offsets, expected) in enumerate(checks):
-        steps += offsets
-        which += [i] * len(expected)
-        wanted += expected
-    starts = np.stack([bases for bases, _, _ in checks], axis=1)
-    if starts.min() < 0 or starts.max() + max(steps) >= len(data):
+    ``expected`` at those ``offsets`` from each of ``bases`` (one base per row)."""
+    furthest = max(max(offsets) for _, offsets, _ in checks)
+    if min(int(bases.min()) for bases, _, _ in checks) < 0:
         return False
-    at = starts[:, which]
-    at += np.asarray(steps, dtype=np.int64)
-    return bool((data[at] == np.frombuffer(bytes(wanted), dtype=np.uint8)).all())
+    if max(int(bases.max()) for bases, _, _ in checks) + furthest >= len(data):
+        return False
+    # one byte of every row at a time: a gather of one small array each, not of rows x bytes at once
+    for bases, offsets, expected in checks:
+        for offset, byte in zip(offsets, expected, strict=True):
+            if not (data[bases + offset] == byte).all():
+                return False
+    return True
 
 
 def _around_fits(block: bytes, begin: Any, lengths: Any, column: dict[int, int], layout: Layout, np: Any) -> bool:
@@ -258,11 +257,15 @@ def _forms_fit(text: Any, begin: Any, stop: Any, json: Any, decimal: Any, np: An
     """Whether the numbers in the columns of ``begin`` / ``stop`` that ``json`` or ``decimal`` mark
     neither start nor end with a dot, and those that ``json`` marks have no zero before another digit
     at their start (``.5``, ``5.``, ``01``: JSON has no such numbers)."""
-    if not json.any() and not decimal.any():
+    marked = json | decimal
+    if not marked.any():
         return True
+    if 2 * marked.sum() <= len(marked):  # few columns (a text line's verdict_pct): only those are looked at
+        begin, stop, json = begin[:, marked], stop[:, marked], json[marked]
+        marked = marked[marked]
     first = text[begin]
     dot, zero = ord("."), ord("0")
-    if (((first == dot) | (text[stop - 1] == dot)) & (json | decimal)).any():
+    if (((first == dot) | (text[stop - 1] == dot)) & marked).any():
         return False
     zeros = (first == zero) & json
     return not zeros.any() or not (text[begin[zeros] + 1] >= zero).any()

@@ -104,11 +104,19 @@ class ParsedLog:
 
 
 def number_runs(frame: Any) -> Any:
-    """:func:`run_numbers` of a DataFrame's ``iteration`` and ``rank``, as a column."""
+    """:func:`run_numbers` of a DataFrame's ``iteration`` and ``rank``, as a column: for one rank (the
+    common case) counted by numpy, one comparison per row; for several, row by row."""
+    import numpy as np
     import pandas as pd
 
-    ranks = frame["rank"].tolist() if "rank" in frame else None
-    return pd.Series(run_numbers(frame["iteration"].tolist(), ranks), index=frame.index, dtype="int64")
+    ranks = frame["rank"].to_numpy() if "rank" in frame else None
+    if ranks is None or (len(ranks) and ranks[0] == ranks[0] and bool((ranks == ranks[0]).all())):
+        iterations = frame["iteration"].to_numpy()
+        # a new run where the iteration is not above the one before (an infinite one starts none)
+        restarts = (iterations[1:] <= iterations[:-1]) & (iterations[:-1] != math.inf)
+        runs = np.concatenate(([0], np.cumsum(restarts, dtype=np.int64)))[: len(iterations)]
+        return pd.Series(runs, index=frame.index, dtype="int64")
+    return pd.Series(run_numbers(frame["iteration"].tolist(), ranks.tolist()), index=frame.index, dtype="int64")
 
 
 def run_numbers(iterations: Sequence[float], ranks: Sequence[float | None] | None = None) -> list[int]:
