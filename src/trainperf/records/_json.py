@@ -97,6 +97,12 @@ def _compile_record_json() -> Callable[[PerformanceRecord], str]:
 float_repr: Callable[[float], str] = float.__repr__
 as_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
-record_json = _compile_record_json()
-record_json.__doc__ = """``json_line(record.to_dict())``, the record's JSON line, newline included, in a third
-of the time: see :func:`_compile_record_json`."""
+_compiled: list[Callable[[PerformanceRecord], str]] = []  # compiled at the first record, not at import
+
+
+def record_json(record: PerformanceRecord) -> str:
+    """``json_line(record.to_dict())``, the record's JSON line, newline included, in a third of the
+    time (see :func:`_compile_record_json`; compiled at the first call, not at import)."""
+    if not _compiled:
+        _compiled.append(_compile_record_json())
+    return _compiled[0](record)
