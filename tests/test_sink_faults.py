@@ -20,21 +20,26 @@ def record(i: int, collectors: int = 1) -> PerformanceRecord:
                              gc=gc)
 
 
+def fail_once(monkeypatch, module, error: OSError) -> None:
+    """``module.atomic_write`` raises ``error`` on its next call, then writes as it does."""
+    real = module.atomic_write
+    failures = iter([True])
+
+    def once(*args, **kwargs):
+        if next(failures, False):
+            raise error
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "atomic_write", once)
+
+
 def rows(path) -> list[dict[str, str]]:
     with open(path, newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
 
 
 def test_a_failed_widening_loses_that_record_only_and_the_sink_goes_on(tmp_path, monkeypatch):
-    real = csv_module.atomic_write
-    failures = iter([True])
-
-    def once(*args, **kwargs):
-        if next(failures, False):
-            raise PermissionError(13, "Permission denied")  # the folder, read-only for a moment
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(csv_module, "atomic_write", once)
+    fail_once(monkeypatch, csv_module, PermissionError(13, "Permission denied"))  # the folder, read-only a moment
     path = tmp_path / "perf.csv"
     raised = []
     with pytest.warns(UserWarning, match="wider header"), CsvSink(path) as sink:
@@ -52,15 +57,7 @@ def test_a_failed_widening_loses_that_record_only_and_the_sink_goes_on(tmp_path,
 
 
 def test_in_a_batch_a_failed_widening_loses_that_record_only_and_is_raised_after_the_others(tmp_path, monkeypatch):
-    real = csv_module.atomic_write
-    failures = iter([True])
-
-    def once(*args, **kwargs):
-        if next(failures, False):
-            raise PermissionError(13, "Permission denied")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(csv_module, "atomic_write", once)
+    fail_once(monkeypatch, csv_module, PermissionError(13, "Permission denied"))  # the folder, read-only a moment
     path = tmp_path / "perf.csv"
     with pytest.warns(UserWarning, match="wider header"), CsvSink(path) as sink:
         sink.write_many([record(i) for i in range(1, 4)])
@@ -128,15 +125,7 @@ def test_temporary_files_a_killed_process_left_are_removed_on_the_next_open(tmp_
 def test_meta_data_gets_ended_when_its_first_write_at_close_fails(tmp_path, monkeypatch):
     sink = RunDirSink(tmp_path / "run", rank=0, wall_clock=lambda: 1000.0)
     sink(record(1))
-    real = sink_module.atomic_write
-    failures = iter([True])
-
-    def once(*args, **kwargs):
-        if next(failures, False):
-            raise OSError(28, "No space left on device")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(sink_module, "atomic_write", once)
+    fail_once(monkeypatch, sink_module, OSError(28, "No space left on device"))
     sink.close()
     assert json.loads((tmp_path / "run" / "rank-0" / "meta.json").read_text())["ended"] == 1000.0
 
