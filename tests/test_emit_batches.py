@@ -143,41 +143,36 @@ def test_a_listener_is_told_before_a_timed_loaders_fetch_when_the_last_one_waite
     listener.close()
 
 
-def _longest_pauses(work_in_writer, seconds: float = 0.6) -> float:
-    """The median of the training thread's pauses longer than 0.3 ms while ``work_in_writer`` runs
-    on another thread: how long that thread keeps the interpreter once it has it."""
+def _pauses(work_in_other_thread, seconds: float) -> tuple[list[float], float]:
+    """The pauses longer than 0.3 ms of a thread reading the clock in a loop for ``seconds`` while
+    ``work_in_other_thread`` runs, and how long it read."""
     pauses: list[float] = []
-    stop = threading.Event()
-    thread = threading.Thread(target=work_in_writer, args=(stop,), daemon=True)
-    thread.start()
-    clock = time.perf_counter
-    last = clock()
-    end = last + seconds
-    while (now := clock()) < end:
-        if now - last > 0.0003:
-            pauses.append(now - last)
-        last = now
-    stop.set()
-    thread.join(10)
-    return statistics.median(pauses) if pauses else 0.0
-
-
-def _paused_share(work_in_other_thread, seconds: float = 0.3) -> float:
-    """The share of ``seconds`` in which a thread reading the clock in a loop was paused for longer
-    than 0.3 ms while ``work_in_other_thread`` ran."""
     stop = threading.Event()
     thread = threading.Thread(target=work_in_other_thread, args=(stop,), daemon=True)
     thread.start()
     clock = time.perf_counter
     began = last = clock()
-    paused = 0.0
     while (now := clock()) < began + seconds:
         if now - last > 0.0003:
-            paused += now - last
+            pauses.append(now - last)
         last = now
     stop.set()
     thread.join(10)
-    return paused / (last - began)
+    return pauses, last - began
+
+
+def _longest_pauses(work_in_writer, seconds: float = 0.6) -> float:
+    """The median of the training thread's pauses while ``work_in_writer`` runs on another thread:
+    how long that thread keeps the interpreter once it has it."""
+    pauses, _ = _pauses(work_in_writer, seconds)
+    return statistics.median(pauses) if pauses else 0.0
+
+
+def _paused_share(work_in_other_thread, seconds: float = 0.3) -> float:
+    """The share of ``seconds`` in which a thread reading the clock was paused while
+    ``work_in_other_thread`` ran."""
+    pauses, took = _pauses(work_in_other_thread, seconds)
+    return sum(pauses) / took
 
 
 def _python_work(seconds: float) -> None:
