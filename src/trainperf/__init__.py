@@ -11,6 +11,7 @@ from .records import (
     SCHEMA_VERSION,
     DeviceTimeline,
     GCStat,
+    GoodputAccount,
     PerformanceRecord,
     RunSummary,
     Verdict,
@@ -23,7 +24,7 @@ if _TYPE_CHECKING:
     from .diagnosis import Check, DoctorReport, doctor
     from .logs import ParsedLog, parse_log, plot
     from .profile import CaptureRule
-    from .ranks import RunDirSink, build_report, run_dir_files, write_run_dir_files
+    from .ranks import RunDirSink, build_report, read_goodput, run_dir_files, write_run_dir_files
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,7 @@ __all__ = [
     "DeviceTimeline",
     "DoctorReport",
     "GCStat",
+    "GoodputAccount",
     "LoggingSink",
     "MemorySink",
     "ParsedLog",
@@ -52,6 +54,7 @@ __all__ = [
     "parse_log",
     "peak_flops",
     "plot",
+    "read_goodput",
     "run_dir_files",
     "write_run_dir_files",
 ]
@@ -63,4 +66,5 @@ if not _TYPE_CHECKING:  # mypy reads the imports above, so a misspelt name stays
         "ParsedLog": ".logs", "parse_log": ".logs", "plot": ".logs",
         "CaptureRule": ".profile",
         "RunDirSink": ".ranks", "build_report": ".ranks", "run_dir_files": ".ranks", "write_run_dir_files": ".ranks",
+        "read_goodput": ".ranks",
     })

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 
 from ._check import is_int
 
@@ -17,6 +18,32 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+#: Imported at: the fallback for a process whose start the operating system does not say.
+_IMPORTED = time.monotonic()
+
+
+def process_age() -> tuple[float, bool]:
+    """Seconds since the operating system started this process, and whether it said so. Linux: the
+    process's start in clock ticks since boot (``/proc/self/stat``), against ``CLOCK_BOOTTIME``, both on
+    the same clock (10 ms ticks). Elsewhere ``psutil``'s create time, when installed. Otherwise the
+    time since trainperf was imported, and ``False``."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        # the command name (field 2) is in parentheses and may hold spaces: count after its last ')'
+        ticks = int(stat[stat.rindex(b")") + 2:].split()[19])
+        hertz = os.sysconf("SC_CLK_TCK")
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / hertz), True
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    try:
+        import psutil
+
+        return max(0.0, time.time() - psutil.Process().create_time()), True
+    except Exception:  # noqa: BLE001 - not installed, or not allowed to read its own process
+        return time.monotonic() - _IMPORTED, False
 
 
 def host_name() -> str:

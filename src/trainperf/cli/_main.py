@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..base import atomic_write
-from ..ranks import add_report_command
+from ..ranks import add_goodput_command, add_report_command
 from ..records import counted
 
 __all__ = ["main"]
@@ -315,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "restarts draws each run in a column of its own by default)")
     plot.set_defaults(func=_plot)
     add_report_command(command)
+    add_goodput_command(command)
     return parser
 
 

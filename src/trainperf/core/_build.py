@@ -152,6 +152,7 @@ def build_window_record(
         ms * device.idle_max_s if device is not None else None,  # device_idle_max_ms
         speedup(base_s, data_free_s),  # speedup_if_data_free
         speedup(base_s, gc_free_s),  # speedup_if_gc_free
+        None,  # goodput: the job's so far, set by the publisher from its account
         hw("cuda_allocated_max_mb"),  # cuda_allocated_max_mb
         hw("cuda_reserved_max_mb"),  # cuda_reserved_max_mb
         hw("gpu_utilization_pct"),  # gpu_utilization_pct

@@ -134,13 +134,7 @@ class PerformanceListener(ListenerSetup):
         self._count = 0
         self._resumed_at = 0  # the count a resumed run started from (see start)
         self._next_report = 0
-        self._run_dir = None
-        if run_dir is not None:  # a listener without one loads none of the multi-rank package
-            from ..ranks import RunDirLink
-
-            self._run_dir = RunDirLink.open(run_dir, self.rank, clock, wall_clock)
-        if self._run_dir is not None:
-            self._emitter.sinks.append(self._run_dir.sink)
+        self._open_run_dir(run_dir, clock, wall_clock)  # and the job's time account, with its earlier attempts
         self._closer = WindowCloser(self._own, self._readings, self._publisher, self._notices, self._emitter,
                                     self._run_dir, wall_clock, verdict=options.verdict)
         self._capture = self._closer.capture = open_capture(

@@ -6,7 +6,9 @@ is built on it; the state it touches is the listener's own, created in the liste
 from __future__ import annotations
 
 import math
+import os
 import threading
+from dataclasses import replace
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +19,7 @@ from ._closer import WindowCloser
 from ._collections import Collector
 from ._emit import Emitter
 from ._flop_policy import step_flops
+from ._goodput_live import LiveGoodput
 from ._hardware import Probe
 from ._notices import Advisor, Notices
 from ._open_window import OpenWindow
@@ -68,6 +71,7 @@ class ListenerSetup:
     _append: Callable[[WindowEntry], None]
     _explicit_etl: bool
     _pending_etl: float
+    _goodput: LiveGoodput
 
     def about_to_wait(self) -> None:
         """Say that the training thread is about to wait without running Python (for the next batch
@@ -208,7 +212,7 @@ class ListenerSetup:
     def summary(self) -> RunSummary:
         """Time split (data wait / compute / GC) over every reported window after warm-up, with the
         top recommendations."""
-        return self._publisher.summary(self._count, self.fixes_for)
+        return replace(self._publisher.summary(self._count, self.fixes_for), goodput=self._goodput.account())
 
     @property
     def wall_clock(self) -> Callable[[], float]:
@@ -268,6 +272,9 @@ class ListenerSetup:
         first = self._count == 0 or self._count == self._resumed_at
         if first:
             self._count = self._resumed_at = iteration
+            # spans before training (a checkpoint loaded) are start-up's, not the first window's
+            begun = now if at is None or at > now else at
+            self._goodput.started(self._wall_clock() - (now - begun), iteration, self._open.take_named())
         self._reset_window(now if at is None or at > now else at, first=first)
         self._closer.pending.restart()
 
@@ -332,6 +339,19 @@ class ListenerSetup:
             self._open.exclude_before(self._count, seconds)
         self._readings.forget_since(now - seconds)  # collections in that time are left out with it
         self._own.leave_out(seconds)
+
+    def _open_run_dir(self, run_dir: Any, clock: Callable[[], float], wall_clock: Callable[[], float]) -> None:
+        """The run directory (``None`` for none) and the job's time account, closed with the listener."""
+        self._run_dir = None
+        if run_dir is not None:  # a listener without one loads none of the multi-rank package
+            from ..ranks import RunDirLink
+
+            self._run_dir = RunDirLink.open(run_dir, self.rank, clock, wall_clock)
+        if self._run_dir is not None:
+            self._emitter.sinks.append(self._run_dir.sink)
+        sink = self._run_dir.sink if self._run_dir is not None else None
+        self._goodput = self._publisher.goodput = LiveGoodput(wall_clock, os.getpid(), self.rank, sink)
+        self._on_close.append(lambda: self._goodput.close(self._open.take_named()))
 
     def _reset_window(self, now: float, *, first: bool) -> None:
         window = self._open

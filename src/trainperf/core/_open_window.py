@@ -92,6 +92,12 @@ class OpenWindow:
         times = self._times
         times[name] = times.get(name, 0.0) + seconds
 
+    def take_named(self) -> dict[str, float]:
+        """The named times in seconds (those added outside any window: before training, after its
+        last iteration), forgotten once taken."""
+        times, self._times, self._samples = self._times, {}, {}
+        return times
+
     def add_sample(self, name: str, seconds: float) -> None:
         self.add_time(name, seconds)
         samples = self._samples.get(name)

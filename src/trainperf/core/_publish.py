@@ -10,6 +10,7 @@ from ..records import CpuLoad, DeviceWindow, PerformanceRecord, RunSummary
 from ..sinks import MemorySink
 from ._build import build_window_record
 from ._emit import Emitter
+from ._goodput_live import LiveGoodput
 from ._notices import Notices
 from ._options import ListenerOptions
 from ._pending import HostWindow
@@ -29,7 +30,7 @@ class Publisher:
         host_name: the machine the records describe; ``pid`` its process.
     """
 
-    __slots__ = ("options", "history", "emitter", "notices", "totals", "host_name", "pid", "_previous")
+    __slots__ = ("options", "history", "emitter", "notices", "totals", "host_name", "pid", "_previous", "goodput")
 
     def __init__(self, options: ListenerOptions, history: MemorySink, emitter: Emitter, notices: Notices, *,
                  host_name: str, pid: int) -> None:
@@ -37,12 +38,15 @@ class Publisher:
         self.host_name, self.pid = host_name, pid
         self.totals = RunTotals()
         self._previous: str | None = None  # the verdict of the last window after the warm-up
+        self.goodput: LiveGoodput | None = None  # the job's time account, which sets each record's goodput
 
     def publish(self, host: HostWindow, device: DeviceWindow | None, cpu: CpuLoad | None = None) -> PerformanceRecord:
         """Build the window's record and send it to every sink; ``cpu`` is its CPU use (host clock)."""
         built = build_window_record(host, device, self.options, host_name=self.host_name, pid=self.pid,
                                     previous=self._previous, cpu=cpu)
         record, figures, hardware, notices = built.record, host.figures, host.hardware, self.notices
+        if self.goodput is not None:
+            self.goodput.add(record)
         verdict = record.verdict
         if hardware:
             notices.workers_cpu_pct = hardware.get("workers_cpu_pct")

@@ -5,7 +5,7 @@ names from here (``docs/distributed.md`` describes each file)."""
 from __future__ import annotations
 
 __all__ = ["RUN_DIR_SCHEMA", "SPAN_PHASES", "CLOCK_STATUSES", "META", "WINDOWS", "SPANS", "CLOCK", "EVENTS",
-           "RANK_FILES"]
+           "GOODPUT", "RANK_FILES"]
 
 #: Version of the run directory layout, written in each rank's ``meta.json``.
 RUN_DIR_SCHEMA = 1
@@ -17,10 +17,13 @@ WINDOWS = "windows.jsonl"
 SPANS = "timeline.jsonl"
 CLOCK = "clock.jsonl"
 EVENTS = "events.jsonl"
+#: Each attempt's time account (one per process that wrote into the folder), rewritten whole and kept
+#: current as windows are written, with the bytes of ``windows.jsonl`` it holds.
+GOODPUT = "goodput.json"
 #: The files a rank hands to rank 0 when their disks are not shared. Its events are among them: a
 #: rank other than 0 writes none but its profiler captures (written before it hands them over), and
 #: rank 0 writes a peer's files only into the peer's folder, never over a file already there.
-RANK_FILES = (META, WINDOWS, SPANS, CLOCK, EVENTS)
+RANK_FILES = (META, WINDOWS, SPANS, CLOCK, EVENTS, GOODPUT)
 #: Phases a span can have, in the order an iteration's row lists them after the start.
 SPAN_PHASES = ("data", "forward", "backward", "step", "compute", "other", "report")
 #: What a clock estimate can say about a rank's offset to rank 0.

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import math
-import operator
 import os
 import socket
 import time
@@ -20,6 +18,8 @@ from ..base import atomic_write, open_to_append, remove_leftovers
 from ..records import PerformanceRecord, json_of, strict
 from ..records import json_line as _line
 from ._layout import CLOCK, CLOCK_STATUSES, EVENTS, META, RUN_DIR_SCHEMA, SPAN_PHASES, SPANS, WINDOWS
+from ._ledger import GoodputLedger
+from ._span_rows import checked_span_row as _span_row
 
 __all__ = ["RunDirSink", "RUN_DIR_SCHEMA", "SPAN_PHASES", "CLOCK_STATUSES", "rank_dir"]
 
@@ -122,6 +122,10 @@ class RunDirSink:
         }
         self._write_meta()
         self._files: dict[str, IO[str]] = {}
+        self._tail: dict[str, float] = {}
+        self._windows_end = 0  # bytes of windows.jsonl, once this sink has opened it
+        #: this attempt's time account, kept current in ``goodput.json`` as windows are written
+        self.ledger = GoodputLedger(self.path, wall_clock, os.getpid())
         self._closed = False
         self._end_reason: str | None = None  # written at close (set on another thread before it)
 
@@ -149,17 +153,25 @@ class RunDirSink:
             # appended to: a restarted rank keeps its earlier attempt's lines, and a line that attempt
             # left cut (killed mid-write) is ended before the first new one
             f = self._files[name] = open_to_append(self.path / name)
+            if name == WINDOWS:
+                self._windows_end = os.fstat(f.fileno()).st_size
         f.write(text)
         f.flush()
 
     # ------------------------------------------------------------------ sink
     def __call__(self, record: PerformanceRecord) -> None:
-        self._append(WINDOWS, json_of(record))
+        self._write_windows((record,), json_of(record))
 
     def write_many(self, records: Sequence[PerformanceRecord]) -> None:
         """Append ``records`` to ``windows.jsonl`` with one ``write`` (the writer thread's batch)."""
         if records:
-            self._append(WINDOWS, "".join(map(json_of, records)))
+            self._write_windows(records, "".join(map(json_of, records)))
+
+    def _write_windows(self, records: Sequence[PerformanceRecord], text: str) -> None:
+        self._append(WINDOWS, text)  # the first opens the file, its size then where this attempt begins
+        start = self._windows_end
+        self._windows_end = end = start + (len(text) if text.isascii() else len(text.encode("utf-8")))
+        self.ledger.windows(records, start, end)
 
     def spans(self, rows: Iterable[Sequence[Any]]) -> bool:
         """Write the spans of one window's iterations, when the window is kept with detail.
@@ -261,7 +273,7 @@ class RunDirSink:
         rank = _check_rank("rank", rank, optional=False)  # type: ignore[assignment]
         if rank == self.rank:
             return
-        if self._files or self._closed:
+        if self._files or self._closed or self.ledger.written:
             raise ValueError(f"{self!r} has written lines already; it cannot move to rank {rank}")
         if self.world_size is not None and self.world_size <= rank:
             self.world_size = None
@@ -278,6 +290,8 @@ class RunDirSink:
         self.path.mkdir(parents=True, exist_ok=True)
         self._meta.update(rank=rank, world_size=self.world_size)
         self._write_meta()
+        self.ledger.folder = self.path
+        self.ledger.read_prior()
 
     def set_collectives_untimed(self, why: str) -> None:
         """Say in ``meta.json`` (now, and again at close) that this rank's collectives are not timed,
@@ -304,6 +318,16 @@ class RunDirSink:
             raise ValueError(f"reason must be a non-empty str, got {reason!r}")
         self._end_reason = reason
 
+    # ------------------------------------------------------------------ the attempt's account
+    def attempt_started(self, wall: float, iteration: int, startup: dict[str, float]) -> None:
+        """Training started at ``wall`` (seconds since the epoch) from ``iteration``, after the spans in
+        ``startup`` (``{"checkpoint_load": seconds}``): kept in ``goodput.json``."""
+        self.ledger.started(wall, iteration, startup)
+
+    def attempt_tail(self, tail: dict[str, float]) -> None:
+        """The spans after the attempt's last iteration (a final save), written at :meth:`close`."""
+        self._tail = dict(tail)
+
     # ------------------------------------------------------------------ teardown
     def close(self) -> None:
         """Close the files and write ``ended`` (and ``timeline_capped``, and ``end_reason`` when one
@@ -318,6 +342,10 @@ class RunDirSink:
             except OSError as exc:  # a full disk: the buffered lines are lost; ``ended`` is still written
                 errors.append(exc)
         self._files.clear()
+        try:
+            self.ledger.close(self._tail, windows_end=self._windows_end)
+        except OSError as exc:
+            errors.append(exc)
         self._meta["ended"] = float(self._wall_clock())
         self._meta["timeline_windows"] = self.timeline_windows
         self._meta["timeline_capped"] = self.timeline_capped
@@ -348,37 +376,3 @@ class RunDirSink:
 
     def __repr__(self) -> str:
         return f"RunDirSink({str(self.path.parent)!r}, rank={self.rank})"
-
-
-def _span_row(k: int, row: Any) -> tuple[Any, ...]:
-    """Row ``k`` of :meth:`RunDirSink.spans` as ``(iteration, start_wall_s, etl_s, compute_s, other_s[,
-    phases])`` of an int and floats (a mapping of str to floats), or an error naming it."""
-    if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) or len(row) not in (5, 6):
-        raise TypeError(f"rows[{k}] must be (iteration, start_wall_s, etl_s, compute_s, other_s[, phases]), "
-                        f"got {row!r}")
-    try:
-        iteration = -1 if isinstance(row[0], bool) else operator.index(row[0])
-    except TypeError:
-        iteration = -1
-    if iteration < 0:
-        raise ValueError(f"rows[{k}]: the iteration must be a non-negative int, got {row[0]!r}")
-    start = _finite(k, "start_wall_s", row[1])
-    times = [_finite(k, name, value, non_negative=True)
-             for name, value in zip(("etl_s", "compute_s", "other_s"), row[2:5], strict=True)]
-    if len(row) == 5:
-        return (iteration, start, *times)
-    phases = row[5]
-    if not isinstance(phases, Mapping):
-        raise TypeError(f"rows[{k}]: the phases must be a mapping of names to seconds, got {phases!r}")
-    finer = {str(name): _finite(k, str(name), value, non_negative=True) for name, value in phases.items()}
-    return (iteration, start, *times, finer)
-
-
-def _finite(k: int, name: str, value: Any, *, non_negative: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"rows[{k}]: {name} must be a number of seconds, got {value!r}")
-    seconds = float(value)
-    if not math.isfinite(seconds) or (non_negative and seconds < 0.0):
-        kind = "finite, non-negative" if non_negative else "finite"
-        raise ValueError(f"rows[{k}]: {name} must be a {kind} number of seconds, got {value!r}")
-    return seconds

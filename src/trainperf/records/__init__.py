@@ -21,6 +21,13 @@ from ._format import DL4J_FIELDS as DL4J_FIELDS
 from ._format import TRAINPERF_FIELDS as TRAINPERF_FIELDS
 from ._format import LineField as LineField
 from ._format import counted as counted
+from ._goodput import AttemptAccount as AttemptAccount
+from ._goodput import StepHistogram as StepHistogram
+from ._goodput_rows import GOODPUT_ROWS as GOODPUT_ROWS
+from ._goodput_rows import GoodputAccount as GoodputAccount
+from ._goodput_rows import account_job as account_job
+from ._goodput_rows import account_rank as account_rank
+from ._goodput_rows import live_goodput as live_goodput
 from ._json import json_line as json_line
 from ._json import record_json as record_json
 from ._json import strict as strict

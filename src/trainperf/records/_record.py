@@ -113,6 +113,7 @@ class PerformanceRecord:
     device_idle_max_ms: float | None = field(default=None, metadata=_METRIC)
     speedup_if_data_free: float | None = field(default=None, metadata=_METRIC)
     speedup_if_gc_free: float | None = field(default=None, metadata=_METRIC)
+    goodput: float | None = field(default=None, metadata=_METRIC)
     cuda_allocated_max_mb: float | None = field(default=None, metadata=_METRIC)
     cuda_reserved_max_mb: float | None = field(default=None, metadata=_METRIC)
     gpu_utilization_pct: float | None = field(default=None, metadata=_METRIC)

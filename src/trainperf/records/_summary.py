@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ._goodput_rows import GoodputAccount
 from ._timeline import speedup
 from ._verdict import DEFAULT_THRESHOLDS, MATERIAL_MS, Thresholds, persists
 
@@ -77,6 +78,7 @@ class RunSummary:
     flops: float = 0.0
     flops_wall_s: float = 0.0
     peak_flop_s: float = 0.0
+    goodput: GoodputAccount | None = None
 
     @property
     def tflops_per_sec(self) -> float | None:
@@ -175,9 +177,14 @@ class RunSummary:
             "device_idle_s": self.device_idle_s,
             "speedup_if_data_free": self.speedup_if_data_free,
             "speedup_if_gc_free": self.speedup_if_gc_free,
+            "goodput": self.goodput.to_dict() if self.goodput is not None else None,
         }
 
     def __str__(self) -> str:
+        goodput = "\n" + "\n".join(self.goodput.lines()) if self.goodput is not None else ""
+        return self._text() + goodput
+
+    def _text(self) -> str:
         if self.iterations == 0:
             return "trainperf summary: no iterations after the warm-up window were reported"
         rate = self.samples_per_sec

@@ -11,12 +11,13 @@ from typing import IO, Any
 from ...base import atomic_write
 from ._analyse import analyse, build_report
 from ._folders import RunParts, rank_folders
+from ._goodput import read_goodput
 from ._html import render_html
 from ._json import report_json
 from ._load import load_run
 from ._perfetto import perfetto_trace, perfetto_traces, write_trace
 
-__all__ = ["build_report", "write_report", "REPORT_FORMATS"]
+__all__ = ["build_report", "write_report", "read_goodput", "REPORT_FORMATS"]
 
 #: What :func:`write_report` can write.
 REPORT_FORMATS = ("html", "json", "perfetto")
