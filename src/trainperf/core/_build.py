@@ -103,7 +103,8 @@ def build_window_record(
         tflops = rate / 1e12
         mfu = rate / flops.peak.flops if flops.peak is not None else None
     # By position, in the schema's order (each value is named after it; a test holds the names to the
-    # schema): the report's cost on the training thread is mostly this call.
+    # schema): the report's cost on the training thread is mostly this call. The goodput is the job's
+    # so far, which the publisher's account sets.
     ms = 1000.0
     hw = hardware.get
     record = build_record(
@@ -152,7 +153,7 @@ def build_window_record(
         ms * device.idle_max_s if device is not None else None,  # device_idle_max_ms
         speedup(base_s, data_free_s),  # speedup_if_data_free
         speedup(base_s, gc_free_s),  # speedup_if_gc_free
-        None,  # goodput: the job's so far, set by the publisher from its account
+        None,  # goodput
         hw("cuda_allocated_max_mb"),  # cuda_allocated_max_mb
         hw("cuda_reserved_max_mb"),  # cuda_reserved_max_mb
         hw("gpu_utilization_pct"),  # gpu_utilization_pct

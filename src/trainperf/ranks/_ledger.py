@@ -15,15 +15,15 @@ import json
 import math
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..base import atomic_write, process_age, remove_leftovers
 from ..records import AttemptAccount, strict
-from ._layout import GOODPUT
+from ._layout import GOODPUT, WINDOWS
 
-__all__ = ["GoodputLedger", "read_ledger", "LEDGER_EVERY_S", "MAX_LEDGER_BYTES"]
+__all__ = ["GoodputLedger", "read_ledger", "read_attempts", "LEDGER_EVERY_S", "MAX_LEDGER_BYTES"]
 
 #: The ledger is rewritten at most this often while windows come (and always at close).
 LEDGER_EVERY_S = 1.0
@@ -61,14 +61,9 @@ class GoodputLedger:
         self.prior, self.notes = read_entries(self.folder / GOODPUT)
 
     def prior_accounts(self) -> list[AttemptAccount]:
-        """The earlier attempts, as accounts (entries that do not read as one are left out)."""
-        out = []
-        for entry in self.prior:
-            try:
-                out.append(AttemptAccount.from_dict(entry))
-            except ValueError:
-                continue
-        return out
+        """The earlier attempts, as accounts, each with the windows its entry did not hold yet (an
+        attempt killed before it wrote its ledger again); entries that do not read as one are left out."""
+        return read_attempts(self.folder, from_windows=False)[0]
 
     # -- what the listener and the sink say ------------------------------------------------------
     def started(self, wall: float, iteration: int, startup: dict[str, float]) -> None:
@@ -162,3 +157,118 @@ def _offset(entry: dict[str, Any], key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**62:
         raise ValueError(f"{key}: not a byte offset ({value!r})")
     return value
+
+
+#: Bytes read at once from a windows file's uncovered part; lines longer than this are no window's.
+_CHUNK = 1 << 20
+
+
+def read_attempts(folder: Path, *, from_windows: bool = True) -> tuple[list[AttemptAccount], list[str]]:
+    """A rank folder's attempts, oldest first, each with the windows its ledger entry did not hold
+    added from ``windows.jsonl`` (an attempt's last windows before it was killed); and notes on what
+    could not be read. ``from_windows``: a folder without a ledger (an older trainperf's) is read from
+    its windows alone, which cannot say its start-up or its restart gaps."""
+    ledger, notes = read_ledger(folder)
+    path = folder / WINDOWS
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = 0
+    if not ledger:
+        attempts = _from_windows(path, size) if from_windows else []
+        if attempts:
+            notes.append("no goodput.json (an older trainperf's run directory): start-up and restart gaps "
+                         "before each attempt's first window are not known")
+        return attempts, notes
+    out: list[AttemptAccount] = []
+    added = 0
+    for k, (account, begin, end) in enumerate(ledger):
+        start = end if end is not None else begin
+        stop = size
+        for later in ledger[k + 1:]:
+            if later[1] is not None:
+                stop = min(size, later[1])
+                break
+        if start is not None and start < stop:
+            added += sum(_add(account, obj) for obj in _objects(path, start, stop))
+        out.append(account)
+    if added:
+        notes.append(f"{added} windows read from windows.jsonl past what goodput.json held (an attempt's last "
+                     "windows before it ended without closing)")
+    return out, notes
+
+
+def _objects(path: Path, start: int, stop: int) -> Iterator[Any]:
+    """The JSON values of the lines of ``path`` between bytes ``start`` and ``stop`` (a cut last line
+    and lines longer than any window's are skipped)."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError:
+        return
+    with f:
+        f.seek(start)
+        left, rest = stop - start, b""
+        while left > 0:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            if len(rest) > _CHUNK:
+                rest = b""
+            for line in lines:
+                if line.strip() and len(line) <= _CHUNK:
+                    try:
+                        yield json.loads(line)
+                    except ValueError:
+                        continue
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62 else None
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and abs(value) < 1e15 else None
+
+
+def _add(account: AttemptAccount, obj: Any) -> bool:
+    """Count a window's line in ``account``; ``False`` when it is not a window's."""
+    if not isinstance(obj, dict):
+        return False
+    iteration, n, window_s = _whole(obj.get("iteration")), _whole(obj.get("window_iterations")), _finite(
+        obj.get("window_s"))
+    if iteration is None or n is None or n < 1 or window_s is None or window_s < 0.0:
+        return False
+    extra = obj.get("extra")
+    account.add_window(iteration, n, window_s, obj.get("warmup") is True, _finite(obj.get("timestamp")),
+                       etl_total_ms=obj.get("etl_total_ms"), gc_total_ms=obj.get("gc_total_ms"),
+                       compute_ms=obj.get("compute_ms"), other_ms=obj.get("other_ms"),
+                       overhead_ms=obj.get("overhead_ms"), extra=extra if isinstance(extra, dict) else None)
+    return True
+
+
+def _from_windows(path: Path, size: int) -> list[AttemptAccount]:
+    """Attempts made of windows alone: a new one where the process changes or the iterations start
+    again lower; each starts where its first window started."""
+    attempts: list[AttemptAccount] = []
+    current: AttemptAccount | None = None
+    for obj in _objects(path, 0, size):
+        if not isinstance(obj, dict):
+            continue
+        iteration, n, stamp = _whole(obj.get("iteration")), _whole(obj.get("window_iterations")), _finite(
+            obj.get("timestamp"))
+        if iteration is None or n is None or n < 1 or stamp is None:
+            continue
+        pid = _whole(obj.get("pid")) or 0
+        last = current.last_iteration if current is not None else None
+        if current is None or pid != current.pid or (last is not None and iteration <= last):
+            begun = stamp - (_finite(obj.get("window_s")) or 0.0) - (_finite(obj.get("overhead_ms")) or 0.0) / 1e3
+            current = AttemptAccount(begun, started=begun, start_iteration=max(0, iteration - n), pid=pid)
+            attempts.append(current)
+        _add(current, obj)
+    return attempts

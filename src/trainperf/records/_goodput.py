@@ -154,7 +154,8 @@ class AttemptAccount:
         missing or not finite and non-negative count as 0."""
         n = iterations
         parts = self.parts
-        get = extra.get if extra else {}.get
+        named: Mapping[str, Any] = extra if extra else {}
+        get = named.get
         compute = _ms(compute_ms) * n
         other = _ms(other_ms) * n
         spans = 0.0
