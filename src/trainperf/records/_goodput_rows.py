@@ -126,11 +126,11 @@ class GoodputAccount:
             seconds = self.rows[key]
             if key != "productive" and abs(seconds) < 0.0005 * max(self.wall_s, 1e-9):
                 continue
-            extra = ""
-            if key == "lost_progress" and self.lost_iterations:
-                extra = f" ({self.lost_iterations:,} iterations)"
-            out.append(f"  {100 * self.share(key):5.1f}%  {_duration(seconds):>9}  {words[key]}{extra}")
-        if self.ranks and self.rank is not None:
+            what = words[key]
+            if key == "lost_progress":
+                what = f"lost progress ({self.lost_iterations:,} iterations trained again)"
+            out.append(f"  {100 * self.share(key):5.1f}%  {_duration(seconds):>9}  {what}")
+        if len(self.ranks) > 1 and self.rank is not None:
             out.append(f"  the job's wall time is rank {self.rank}'s, its slowest of {len(self.ranks)}")
         out += [f"  note: {note}" for note in self.notes]
         return out
