@@ -33,19 +33,21 @@ class Job:
         monkeypatch.setattr("trainperf.ranks._ledger.process_age", age)
         monkeypatch.setattr("trainperf.core._goodput_live.process_age", age)
         self.pid = 1000
-        self.injected = dict.fromkeys(("startup", "eval", "checkpoint_save", "checkpoint_load", "data_wait",
+        self.injected = dict.fromkeys(("startup", "other_host", "eval", "checkpoint_save", "checkpoint_load", "data_wait",
                                        "restart_gaps"), 0.0)
 
-    def attempt(self, start_iteration: int, last: int, *, killed: bool, rank: int = 0) -> PerformanceListener:
+    def attempt(self, start_iteration: int, last: int, *, killed: bool, rank: int = 0,
+                same_process: bool = False) -> PerformanceListener:
         clock = self.clock
-        self.process_start = clock.now
-        self.pid += 1
-        clock.advance(STARTUP_S - 0.5)  # imports, the model
+        if not same_process:
+            self.process_start = clock.now
+            self.pid += 1
+        clock.advance(STARTUP_S - 0.5)  # imports, the model (or, in the same process, its own work)
         listener = PerformanceListener(10, sinks=[], clock=clock, wall_clock=self.wall, rank=rank,
                                        run_dir=self.run_dir, sink_thread=False)
         listener.pid = self.pid
         clock.advance(0.5)
-        self.injected["startup"] += STARTUP_S
+        self.injected["other_host" if same_process else "startup"] += STARTUP_S
         if start_iteration:
             clock.advance(LOAD_S)  # the checkpoint, loaded before training starts
             listener.add_time("checkpoint_load", LOAD_S)
@@ -107,7 +109,6 @@ def check_rows(account, job: Job, wall_s: float) -> None:
     # the step's time is 350 steps of 10 ms: productive, lost, and what the ideal's 0.05% bin leaves
     assert rows["productive"] + rows["lost_progress"] + rows["slowdown"] + rows["warmup"] == pytest.approx(3.5)
     assert abs(rows["slowdown"]) < 0.005 and rows["warmup"] < 0.005
-    assert rows["other_host"] == pytest.approx(0.0, abs=1e-6)
     assert account.wall_s == pytest.approx(wall_s)
     assert sum(rows.values()) == pytest.approx(wall_s)
     assert account.goodput == pytest.approx(300 * account.ideal_step_s / wall_s)
@@ -244,3 +245,18 @@ def test_an_empty_job_is_refused_naming_what_is_missing():
         account_rank([])
     with pytest.raises(ValueError, match="ranks"):
         account_job({})
+
+
+def test_a_second_training_in_the_same_process_is_no_restart(monkeypatch, clock, tmp_path):
+    """Two fits in one process (two listeners, one after the other): one start-up, the time between them
+    other host time, no restart gap and no lost progress."""
+    job = Job(monkeypatch, clock, tmp_path)
+    job.attempt(0, 100, killed=False)
+    job.attempt(100, 200, killed=False, same_process=True)
+    account = read_goodput(tmp_path)
+    assert account.rows["startup"] == pytest.approx(STARTUP_S)
+    assert account.rows["other_host"] == pytest.approx(STARTUP_S + LOAD_S - LOAD_S)
+    assert account.rows["restart_gaps"] == 0.0 and account.lost_iterations == 0 and account.net_progress == 200
+    assert account.rows["checkpoint_load"] == pytest.approx(LOAD_S)
+    assert sum(account.rows.values()) == pytest.approx(account.wall_s)
+    assert account.wall_s == pytest.approx(clock.now - job.process_start, rel=1e-9)

@@ -35,7 +35,7 @@ def test_sink_writes_meta_and_one_window_line_per_record(tmp_path):
                                   "iteration_ms", "etl_ms", "gc", "batches", "verdict", "extra")} == {
         "iteration": 10, "window_iterations": 10, "window_s": 0.125, "warmup": False, "timestamp": BASE + 10,
         "iteration_ms": 12.5, "etl_ms": None, "gc": {}, "batches": 0, "verdict": None, "extra": {"forward_ms": 3.0}}
-    assert len(first) == 55  # every field of the record, none added or dropped
+    assert len(first) == 56  # every field of the record, none added or dropped
     assert {"tokens_padded", "tokens_loss", "padding_share", "mfu_real"} <= set(first)
     assert windows[1]["iteration_ms"] == "NaN"  # strict JSON, as JsonLinesSink writes it
     meta = json.loads((tmp_path / "rank-2" / "meta.json").read_text())
@@ -173,7 +173,8 @@ def test_run_dir_files_round_trip_and_refuse_paths_outside_rank_folders(tmp_path
         with RunDirSink(tmp_path / "run", rank=rank, world_size=2) as sink:
             sink.event({"kind": "cluster"})
     files = run_dir_files(tmp_path / "run")
-    assert sorted(files) == ["rank-0/events.jsonl", "rank-0/meta.json", "rank-1/events.jsonl", "rank-1/meta.json"]
+    assert sorted(files) == ["rank-0/events.jsonl", "rank-0/goodput.json", "rank-0/meta.json", "rank-1/events.jsonl",
+                             "rank-1/goodput.json", "rank-1/meta.json"]
     copy = write_run_dir_files(files, tmp_path / "copy")
     assert run_dir_files(copy) == files
     for bad in ("../x", "rank-0/../../x", "/etc/x", "rank-0/.."):

@@ -118,8 +118,9 @@ def test_temporary_files_a_killed_process_left_are_removed_on_the_next_open(tmp_
     rank = tmp_path / "run" / "rank-0"
     rank.mkdir(parents=True)
     (rank / ".meta.json.0123456789ab.tmp").write_text("{")
+    (rank / ".goodput.json.0123456789ab.tmp").write_text("{")
     RunDirSink(tmp_path / "run", rank=0).close()
-    assert sorted(p.name for p in rank.iterdir()) == ["meta.json"]
+    assert sorted(p.name for p in rank.iterdir()) == ["goodput.json", "meta.json"]
 
 
 def test_meta_data_gets_ended_when_its_first_write_at_close_fails(tmp_path, monkeypatch):

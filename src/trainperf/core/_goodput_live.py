@@ -28,7 +28,7 @@ class LiveGoodput:
         sink: the run directory's sink, whose ledger holds the earlier attempts and this process's start.
     """
 
-    __slots__ = ("attempt", "prior", "steps", "rank", "_sink", "_wall_clock", "start_known")
+    __slots__ = ("attempt", "prior", "steps", "rank", "_sink", "_wall_clock", "start_known", "_first")
 
     def __init__(self, wall_clock: Callable[[], float], pid: int, rank: int | None, sink: RunDirSink | None) -> None:
         now = float(wall_clock())
@@ -41,9 +41,13 @@ class LiveGoodput:
             process_start, self.prior = now - age, []
         self.attempt = AttemptAccount(process_start, started=now, pid=pid)
         self.attempt.last_seen = now
-        self.steps = StepHistogram()
-        for attempt in self.prior:
-            self.steps.merge(attempt.steady)
+        # the steady steps of every attempt; with no earlier one, this attempt's own (one histogram to keep)
+        self.steps = self.attempt.steady
+        if self.prior:
+            self.steps = StepHistogram()
+            for attempt in self.prior:
+                self.steps.merge(attempt.steady)
+        self._first = min([*self.prior, self.attempt], key=lambda a: a.process_start)  # the job's first attempt
         self.rank = rank
         self._sink = sink
         self._wall_clock = wall_clock
@@ -62,9 +66,9 @@ class LiveGoodput:
         attempt = self.attempt
         steady = attempt.steady.total
         attempt.add_record(record)
-        if attempt.steady.total > steady:  # a steady window: its step is the steady histogram's newest
+        if self.steps is not attempt.steady and attempt.steady.total > steady:  # a steady window's step
             self.steps.add(attempt.last_step)
-        first = min([*self.prior, attempt], key=lambda a: a.process_start)
+        first = self._first
         _SET_GOODPUT(record, live_goodput(self.steps, first.process_start, first.start_iteration, record.iteration,
                                           record.timestamp))
 

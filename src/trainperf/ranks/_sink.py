@@ -122,7 +122,6 @@ class RunDirSink:
         }
         self._write_meta()
         self._files: dict[str, IO[str]] = {}
-        self._tail: dict[str, float] = {}
         self._windows_end = 0  # bytes of windows.jsonl, once this sink has opened it
         #: this attempt's time account, kept current in ``goodput.json`` as windows are written
         self.ledger = GoodputLedger(self.path, wall_clock, os.getpid())
@@ -325,8 +324,10 @@ class RunDirSink:
         self.ledger.started(wall, iteration, startup)
 
     def attempt_tail(self, tail: dict[str, float]) -> None:
-        """The spans after the attempt's last iteration (a final save), written at :meth:`close`."""
-        self._tail = dict(tail)
+        """The attempt's training ended now, with the spans in ``tail`` after its last iteration (a final
+        save): ``goodput.json`` is written at once (before the files are handed to rank 0 at close),
+        and again with the end of the process's listening at :meth:`close`."""
+        self.ledger.close(tail, windows_end=self._windows_end)
 
     # ------------------------------------------------------------------ teardown
     def close(self) -> None:
@@ -343,7 +344,7 @@ class RunDirSink:
                 errors.append(exc)
         self._files.clear()
         try:
-            self.ledger.close(self._tail, windows_end=self._windows_end)
+            self.ledger.close(windows_end=self._windows_end)
         except OSError as exc:
             errors.append(exc)
         self._meta["ended"] = float(self._wall_clock())

@@ -35,12 +35,17 @@ _BIN = 1000.0
 _ZERO_BIN = -(2**31)
 
 
+_INF = math.inf
+
+
 def _ms(value: Any) -> float:
     """A record's millisecond figure as seconds, 0 when absent or not a finite non-negative number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if type(value) is float:  # what a record holds: one comparison (NaN fails it too)
+        return value * 0.001 if 0.0 < value < _INF else 0.0
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return 0.0
     value = float(value)
-    return value / 1000.0 if 0.0 < value < math.inf else 0.0
+    return value * 0.001 if 0.0 < value < _INF else 0.0
 
 
 class StepHistogram:
@@ -112,7 +117,7 @@ class AttemptAccount:
         pid: the process.
     """
 
-    __slots__ = ("process_start", "started", "start_iteration", "pid", "startup_parts", "tail_parts", "parts",
+    __slots__ = ("process_start", "started", "start_iteration", "pid", "startup_parts", "tail_parts", *WINDOW_PARTS,
                  "windows", "iterations", "last_iteration", "last_seen", "ended", "warmup_step_s", "warmup_iterations",
                  "steady_step_s", "steady_iterations", "steady", "warmup", "window_wall_s", "last_step")
 
@@ -124,7 +129,8 @@ class AttemptAccount:
         self.pid = pid
         self.startup_parts: dict[str, float] = {}  # spans before training started (a checkpoint loaded)
         self.tail_parts: dict[str, float] = {}  # spans after the last iteration (a final save)
-        self.parts = dict.fromkeys(WINDOW_PARTS, 0.0)
+        self.data_wait = self.gc = self.eval = self.checkpoint_save = self.checkpoint_load = 0.0
+        self.other_host = self.collective_wait = self.trainperf = 0.0
         self.windows = 0
         self.iterations = 0
         self.last_iteration: int | None = None
@@ -138,6 +144,16 @@ class AttemptAccount:
         self.warmup = StepHistogram()  # the warm-up windows', the ideal step's fallback
         self.window_wall_s = 0.0
         self.last_step = 0.0  # the newest window's per-iteration step
+
+    @property
+    def parts(self) -> dict[str, float]:
+        """The windows' parts besides the step, seconds by :data:`WINDOW_PARTS` name."""
+        return {name: getattr(self, name) for name in WINDOW_PARTS}
+
+    @parts.setter
+    def parts(self, parts: Mapping[str, float]) -> None:
+        for name in WINDOW_PARTS:
+            setattr(self, name, float(parts.get(name, 0.0)))
 
     # -- windows -----------------------------------------------------------------------------------
     def add_record(self, record: Any) -> None:
@@ -153,17 +169,18 @@ class AttemptAccount:
         """Count one window from its record's figures (see the module's docstring); figures that are
         missing or not finite and non-negative count as 0."""
         n = iterations
-        parts = self.parts
-        named: Mapping[str, Any] = extra if extra else {}
-        get = named.get
         compute = _ms(compute_ms) * n
         other = _ms(other_ms) * n
-        spans = 0.0
-        for row, key in SPAN_PARTS.items():
-            seconds = _ms(get(key)) * n
-            parts[row] += seconds
-            spans += seconds
-        collective = min(_ms(get("wait_ms")) * n, compute)
+        spans = collective = 0.0
+        if extra:  # the spans and the collective wait the adapters timed
+            get = extra.get
+            evaluation, save, load = _ms(get("eval_ms")) * n, _ms(get("checkpoint_ms")) * n, _ms(
+                get("checkpoint_load_ms")) * n
+            self.eval += evaluation
+            self.checkpoint_save += save
+            self.checkpoint_load += load
+            spans = evaluation + save + load
+            collective = min(_ms(get("wait_ms")) * n, compute)
         step = compute - collective
         if spans > other:  # spans the host time does not hold came out of the step
             step = max(0.0, step - (spans - other))
@@ -171,12 +188,12 @@ class AttemptAccount:
         else:
             other -= spans
         overhead = _ms(overhead_ms)
-        parts["data_wait"] += _ms(etl_total_ms)
-        parts["gc"] += _ms(gc_total_ms)
-        parts["other_host"] += other
-        parts["collective_wait"] += collective
-        parts["trainperf"] += overhead
-        self.window_wall_s += (window_s if 0.0 < window_s < math.inf else 0.0) + overhead
+        self.data_wait += _ms(etl_total_ms)
+        self.gc += _ms(gc_total_ms)
+        self.other_host += other
+        self.collective_wait += collective
+        self.trainperf += overhead
+        self.window_wall_s += (window_s if 0.0 < window_s < _INF else 0.0) + overhead
         per = step / n
         self.last_step = per
         if warmup:
@@ -192,7 +209,7 @@ class AttemptAccount:
         if self.last_iteration is None or iteration > self.last_iteration:
             self.last_iteration = iteration
         seen = self.last_seen
-        if timestamp is not None and math.isfinite(timestamp) and (seen is None or timestamp > seen):
+        if timestamp is not None and -_INF < timestamp < _INF and (seen is None or timestamp > seen):
             self.last_seen = timestamp
 
     def add_startup(self, times_s: Mapping[str, float]) -> None:
@@ -251,8 +268,7 @@ class AttemptAccount:
                       start_iteration=_count(data, "start_iteration"), pid=_count(data, "pid"))
         account.startup_parts = _seconds_map(data, "startup_parts")
         account.tail_parts = _seconds_map(data, "tail_parts")
-        parts = _seconds_map(data, "parts")
-        account.parts = {name: parts.get(name, 0.0) for name in WINDOW_PARTS}
+        account.parts = _seconds_map(data, "parts")
         account.windows = _count(data, "windows")
         account.iterations = _count(data, "iterations")
         last = data.get("last_iteration")

@@ -154,7 +154,7 @@ def account_rank(attempts: Iterable[AttemptAccount], *, ideal: float | None = No
                  notes: Iterable[str] = ()) -> GoodputAccount:
     """The rows of one rank's attempts (any order; sorted by process start), against ``ideal`` (the
     rank's own ideal step when ``None``)."""
-    ordered = sorted(attempts, key=lambda a: a.process_start)
+    ordered = sorted(attempts, key=lambda a: (a.process_start, a.first_seen))
     if not ordered:
         raise ValueError("attempts must hold at least one attempt")
     if ideal is None:
@@ -165,10 +165,15 @@ def account_rank(attempts: Iterable[AttemptAccount], *, ideal: float | None = No
     lost = 0
     reached = ordered[0].reached
     shown: list[Attempt] = []
-    for k, a in enumerate(ordered):
-        before = max(0.0, a.first_seen - a.process_start)
+    previous: AttemptAccount | None = None
+    for a in ordered:
+        # a later listener of the same process (a second fit) goes on from where the one before ended:
+        # the time between them is the process's own host time, not a start-up or a restart
+        same = previous is not None and a.pid == previous.pid and abs(a.process_start - previous.process_start) < 1.0
+        origin = previous.last_seen_or_start() if same and previous is not None else a.process_start
+        before = max(0.0, a.first_seen - origin)
         spans = _add_spans(rows, a.startup_parts)
-        rows["startup"] += max(0.0, before - spans)
+        rows["other_host" if same else "startup"] += max(0.0, before - spans)
         for name in WINDOW_PARTS:
             rows[name] += a.parts[name]
         window_parts = sum(a.parts.values())
@@ -176,16 +181,20 @@ def account_rank(attempts: Iterable[AttemptAccount], *, ideal: float | None = No
         step = a.warmup_step_s + a.steady_step_s
         # what no window holds: the time after the last window (a clean close's teardown), and the
         # small drift between the wall clock and the monotonic one the windows are timed on
-        rows["other_host"] += a.wall_s - max(before, spans) - window_parts - step - tail
+        wall = max(0.0, a.last_seen_or_start() - origin)
+        rows["other_host"] += wall - max(before, spans) - window_parts - step - tail
         warm_step += a.warmup_step_s
         warm_n += a.warmup_iterations
         steady_step += a.steady_step_s
-        if k:
-            rows["restart_gaps"] += max(0.0, a.process_start - ordered[k - 1].last_seen_or_start())
+        if previous is not None:
+            if not same:
+                rows["restart_gaps"] += max(0.0, a.process_start - previous.last_seen_or_start())
             lost += max(0, reached - a.start_iteration)
             reached = max(reached, a.reached)
         shown.append(Attempt(a.process_start, a.started, a.last_seen_or_start(), a.start_iteration, a.reached,
                              a.ended is not None, a.pid))
+        if previous is None or a.last_seen_or_start() >= previous.last_seen_or_start():
+            previous = a
     first = ordered[0].start_iteration
     net = max(0, reached - first)
     total = warm_step + steady_step
