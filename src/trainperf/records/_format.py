@@ -102,6 +102,7 @@ TRAINPERF_FIELDS = (
     LineField("other_ms", "other: ", " ms", hide_zero=True, decimals=MS_DECIMALS),
     LineField("device_idle_ms", "GPU idle: ", " ms", decimals=MS_DECIMALS),
     LineField("speedup_if_data_free", "free data: ", "x faster", decimals=MS_DECIMALS),
+    LineField("goodput", "goodput: ", decimals=3),
     LineField("skipped_steps", "skipped steps: ", integer=True, hide_zero=True),
     LineField("epoch", "epoch: ", integer=True),
     LineField("rank", "rank: ", integer=True),
