@@ -20,6 +20,7 @@ from .records import (
 from .sinks import LoggingSink, MemorySink, Sink, SinkError
 
 if _TYPE_CHECKING:
+    from .core import span
     from .diagnosis import Check, DoctorReport, doctor
     from .logs import ParsedLog, parse_log, plot
     from .profile import CaptureRule
@@ -53,6 +54,7 @@ __all__ = [
     "peak_flops",
     "plot",
     "run_dir_files",
+    "span",
     "write_run_dir_files",
 ]
 
@@ -62,5 +64,6 @@ if not _TYPE_CHECKING:  # mypy reads the imports above, so a misspelt name stays
         "Check": ".diagnosis", "DoctorReport": ".diagnosis", "doctor": ".diagnosis",
         "ParsedLog": ".logs", "parse_log": ".logs", "plot": ".logs",
         "CaptureRule": ".profile",
+        "span": ".core",
         "RunDirSink": ".ranks", "build_report": ".ranks", "run_dir_files": ".ranks", "write_run_dir_files": ".ranks",
     })
