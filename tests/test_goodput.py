@@ -10,8 +10,8 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import FakeClock
 
+from conftest import FakeClock
 from trainperf import PerformanceListener, read_goodput
 from trainperf.records import AttemptAccount, StepHistogram, account_job, account_rank
 
@@ -33,8 +33,8 @@ class Job:
         monkeypatch.setattr("trainperf.ranks._ledger.process_age", age)
         monkeypatch.setattr("trainperf.core._goodput_live.process_age", age)
         self.pid = 1000
-        self.injected = dict.fromkeys(("startup", "other_host", "eval", "checkpoint_save", "checkpoint_load", "data_wait",
-                                       "restart_gaps"), 0.0)
+        self.injected = dict.fromkeys(("startup", "other_host", "eval", "checkpoint_save", "checkpoint_load",
+                                       "data_wait", "restart_gaps"), 0.0)
 
     def attempt(self, start_iteration: int, last: int, *, killed: bool, rank: int = 0,
                 same_process: bool = False) -> PerformanceListener:

@@ -21,6 +21,7 @@ from .records import (
 from .sinks import LoggingSink, MemorySink, Sink, SinkError
 
 if _TYPE_CHECKING:
+    from .core import span
     from .diagnosis import Check, DoctorReport, doctor
     from .logs import ParsedLog, parse_log, plot
     from .profile import CaptureRule
@@ -56,6 +57,7 @@ __all__ = [
     "plot",
     "read_goodput",
     "run_dir_files",
+    "span",
     "write_run_dir_files",
 ]
 
@@ -65,6 +67,7 @@ if not _TYPE_CHECKING:  # mypy reads the imports above, so a misspelt name stays
         "Check": ".diagnosis", "DoctorReport": ".diagnosis", "doctor": ".diagnosis",
         "ParsedLog": ".logs", "parse_log": ".logs", "plot": ".logs",
         "CaptureRule": ".profile",
+        "span": ".core",
         "RunDirSink": ".ranks", "build_report": ".ranks", "run_dir_files": ".ranks", "write_run_dir_files": ".ranks",
         "read_goodput": ".ranks",
     })

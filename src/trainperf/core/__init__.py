@@ -13,10 +13,11 @@ from ._listener import BottleneckWarning, PerformanceListener
 
 if _TYPE_CHECKING:
     from ._accountant import SPAN_KINDS, StepAccountant
+    from ._named_spans import span
     from ._runs import RunListeners as RunListeners
     from ._runs import check_options as check_options
 
-__all__ = ["BottleneckWarning", "PerformanceListener", "SPAN_KINDS", "StepAccountant"]
+__all__ = ["BottleneckWarning", "PerformanceListener", "SPAN_KINDS", "StepAccountant", "span"]
 
 # used by the other parts of trainperf
 from ._collections import Collector as Collector
@@ -29,7 +30,7 @@ from ._step_flops import StepShape as StepShape
 
 if not _TYPE_CHECKING:  # mypy reads the imports above, so a misspelt name stays an error
     __getattr__, __dir__ = _lazy_names(__name__, {
-        "SPAN_KINDS": "._accountant", "StepAccountant": "._accountant",
+        "SPAN_KINDS": "._accountant", "StepAccountant": "._accountant", "span": "._named_spans",
         # a framework callback's listeners per run (it reads the listener's signature)
         "RunListeners": "._runs", "check_options": "._runs",
     })

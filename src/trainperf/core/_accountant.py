@@ -10,8 +10,8 @@ listener's, which stands still while trainperf works):
 * :meth:`StepAccountant.wait`: seconds blocked in a collective the framework runs itself, between
   steps or between a step's micro-batches (Lightning's stop-signal broadcast, the Trainer's count of
   tokens across ranks and its gather of the loss when it logs): **collective wait**, never host work;
-* :meth:`StepAccountant.span`: seconds of evaluation or checkpointing between steps: **other host
-  time**, and also its own figure (``eval_ms``, ``checkpoint_ms``);
+* :meth:`StepAccountant.span`: seconds of evaluation, checkpoint saving or loading between steps: **other
+  host time**, and also its own figure (``eval_ms``, ``checkpoint_ms``, ``checkpoint_load_ms``);
 * :meth:`StepAccountant.end`: the optimizer step ended; the iteration is handed to the listener;
   :meth:`StepAccountant.end_gap` instead, when no loader delivered its batches (the data wait is
   then the gap before the step's first sign, with what later micro-batches waited inside the step).
@@ -39,10 +39,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ._named_spans import SPAN_KINDS  # what adapters name: eval, checkpoint (saves), checkpoint_load
+
 __all__ = ["Record", "StepAccountant", "SPAN_KINDS"]
 
-#: The spans adapters name: evaluation and checkpoint saving or loading (``eval_ms``, ``checkpoint_ms``).
-SPAN_KINDS = ("eval", "checkpoint")
 
 #: What receives each iteration: ``(now, samples, batches, etl, started, other, steps, skipped, tokens)``,
 #: the order of :meth:`trainperf.PerformanceListener.record_step`.
@@ -137,7 +137,8 @@ class StepAccountant:
             self._add_wait(seconds)
 
     def span(self, kind: str, seconds: float, *, within: bool = False) -> None:
-        """``seconds`` of ``kind`` (``"eval"``, ``"checkpoint"``) between steps: other host time, and
+        """``seconds`` of ``kind`` (``"eval"``, ``"checkpoint"``, ``"checkpoint_load"``, or another of
+        :meth:`~trainperf.PerformanceListener.span`'s names) between steps: other host time, and
         reported as its own figure (``<kind>_ms``, the mean per iteration of the window).
         ``within``: the span fell after the iteration's first sign (a checkpoint saved after the
         batch was fetched): it is taken out of the step's time and counted as other host time."""

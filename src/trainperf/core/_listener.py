@@ -19,6 +19,7 @@ from ._closing import run_steps, say_failures
 from ._emit import Emitter, say_sink
 from ._handover import CLOSED, SHARED, Handover
 from ._listener_setup import ListenerSetup
+from ._named_spans import Spans
 from ._notices import BottleneckWarning, Notices
 from ._open_window import OpenWindow
 from ._options import OPTIONS_DOC, ListenerOptions, TokenCounter, checked_sinks
@@ -110,8 +111,7 @@ class PerformanceListener(ListenerSetup):
             raise
         self._wall_clock = wall_clock
         self.rank = rank if rank is not None else env_rank()
-        self.device: int | None = None
-        self.epoch: int | None = None
+        self.device = self.epoch = None  # what adapters say (use_device, set_epoch)
         self.host = host_name()
         self.pid = os.getpid()
         user_clock = self._user_clock
@@ -121,6 +121,7 @@ class PerformanceListener(ListenerSetup):
         self._publisher = Publisher(options, self.history, self._emitter, self._notices, host_name=self.host,
                                     pid=self.pid)
         self._on_close: list[Callable[[], None]] = []
+        self._spans = Spans(self._clock, self.add_time, lambda: self._closed)  # on this thread until start()
 
         self._owner: int | None = None  # the thread that records; None until the first call
         self._handover = Handover()
@@ -328,13 +329,12 @@ class PerformanceListener(ListenerSetup):
         return record
 
     def close(self) -> None:
-        """Report what is left of the last window (see :meth:`flush`), remove hooks and the
-        ``gc.callbacks`` entry, and close the sinks. Idempotent.
+        """Report what is left of the last window (see :meth:`flush`), remove hooks and the ``gc.callbacks``
+        entry, and close the sinks. Idempotent.
 
-        Every step runs even when an earlier one fails: a hook-removal callback or a sink that
-        raises is reported as a :class:`~trainperf.SinkError` warning once everything is closed.
-        A closed listener records no more iterations (:meth:`record_iteration` raises
-        ``RuntimeError``); :meth:`flush` returns ``None``.
+        Every step runs even when an earlier one fails: a hook-removal callback or a sink that raises is
+        reported as a :class:`~trainperf.SinkError` warning once everything is closed. A closed listener
+        records no more iterations (:meth:`record_iteration` raises ``RuntimeError``); :meth:`flush` returns ``None``.
         """
         with self._lock:
             self._claim()

@@ -21,6 +21,7 @@ from ._emit import Emitter
 from ._flop_policy import step_flops
 from ._goodput_live import LiveGoodput
 from ._hardware import Probe
+from ._named_spans import ListenerSpan, SpanRoute, Spans, check_kind
 from ._notices import Advisor, Notices
 from ._open_window import OpenWindow
 from ._options import ListenerOptions
@@ -72,6 +73,7 @@ class ListenerSetup:
     _explicit_etl: bool
     _pending_etl: float
     _goodput: LiveGoodput
+    _spans: Spans
 
     def about_to_wait(self) -> None:
         """Say that the training thread is about to wait without running Python (for the next batch
@@ -264,6 +266,7 @@ class ListenerSetup:
             raise TypeError(f"at must be a finite reading of the listener's clock or None, got {at!r}")
         check_int("iteration", iteration)
         self._readings.restart()
+        self._spans.move_here()  # trainperf.span on the thread that trains spans this listener
         if self._owner is None:  # the thread that starts training is the one that trains
             self._own.move_to_this_thread()
         with self._lock:
@@ -299,6 +302,37 @@ class ListenerSetup:
         parts they were asked to time (the forward pass in a distributed run)."""
         check_part(name, seconds)
         self._open.add_time(name, seconds)
+
+    def span(self, kind: str) -> ListenerSpan:
+        """Time the ``with`` block as ``kind`` on this listener's clock: records carry the mean per
+        iteration of the window as ``extra["<kind>_ms"]``, part of the iteration's other host time. The
+        adapters name ``"eval"``, ``"checkpoint"`` (a save) and ``"checkpoint_load"``; any non-empty name of
+        lowercase letters, digits and ``_`` is allowed. Under an adapter the span goes through its
+        accountant (inside an iteration it is taken out of the step); before :meth:`start` it stays in the
+        first window's named times; inside another span of this listener it counts nothing (the outer
+        one counts). :func:`trainperf.span` does this for every open listener of the thread.
+
+        Example:
+            >>> from trainperf import PerformanceListener
+            >>> listener = PerformanceListener(1, sinks=[])
+            >>> with listener.span("checkpoint_load"):
+            ...     state = {"step": 10}                     # torch.load(...), your own restore
+            >>> listener.close()
+        """
+        return ListenerSpan(self._spans, check_kind(kind))
+
+    def route_spans(self, route: SpanRoute | None) -> Callable[[], None]:
+        """Adapters: hand each span to ``route(kind, started, ended)`` (readings of :attr:`clock`) instead of
+        the named times, until the returned undo is called (it gives back the route before, unless another
+        was set since)."""
+        if route is not None:
+            check_callable("route", route)
+        return self._spans.route_to(route)
+
+    @property
+    def in_span(self) -> bool:
+        """Whether a :meth:`span` of this listener is open now (adapters time nothing of their own then)."""
+        return self._spans.open
 
     def count_tokens(self, padded: int | None = None, loss: int | None = None) -> None:
         """The padded tokens (every position the model computes, padding included) and the loss tokens

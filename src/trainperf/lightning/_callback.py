@@ -15,6 +15,12 @@ other host time of the next iteration; validation and checkpoint saving are also
 ``eval_ms`` and ``checkpoint_ms``. The callback puts itself first among the trainer's callbacks, so
 the order they were given in moves no time between the step and the host time around it.
 
+A fit resumed with ``ckpt_path=`` counts its iterations on from the checkpoint's ``global_step``, and
+its restore (reading the file, restoring the module, callbacks, loops, optimizers and schedulers, all
+before training starts) is ``checkpoint_load``: a part of the first window's named times
+(``checkpoint_load_ms``). A :func:`trainperf.span` during the fit goes through the same accounting
+as a save.
+
 Data wait: Lightning has no hook around fetching a batch. During an epoch the callback times the
 training data fetcher's own ``next()`` on the dataloader iterator (through the profiler callables
 that the training epoch loop hands to the fetcher), the same span Lightning's profiler reports as
@@ -116,6 +122,7 @@ class PerformanceCallback(_CallbackBase):
         self._samples_of: Callable[[Any], int | None] = shared.batch_size
         self._fetch_started: float | None = None  # inside the fetcher's timed next()
         self._first_fetch: float | None = None  # when the first fetch began (read when training starts)
+        self._training = False  # on_train_start came: spans go through the accountant
         self._eval_started: float | None = None
         self.thread = threading.get_ident()  # the loader hooks count fetches on this thread only
         self.clock: Callable[[], float] = self._clock
@@ -131,6 +138,8 @@ class PerformanceCallback(_CallbackBase):
             self.listener = self._runs.new()
             self._clock = self.listener.clock
         self._reset_state()
+        self._setup.defer(self.listener.route_spans(self._on_span))
+        self._wrap_restore(trainer)  # Lightning restores a checkpoint after this hook
         _go_first(trainer, self)
         if self.log_to_loggers and trainer.loggers:
             self.listener.add_sink(LoggerSink(trainer))
@@ -161,7 +170,9 @@ class PerformanceCallback(_CallbackBase):
             setup.wrap(pl_module, "training_step", self._ending_training_step)
         setup.wrap(trainer, "save_checkpoint", self._timed_save)
         self._wrap_fetch(trainer)
-        listener.start(at=self._first_fetch)
+        self._training = True
+        # a resumed fit counts on from the checkpoint's step (its loops are restored by now)
+        listener.start(at=self._first_fetch, iteration=getattr(trainer, "global_step", 0) or 0)
         # a fetch before now (the first epoch's iterator) is the first iteration's data wait
         self._account.boundary = self._clock() if self._first_fetch is None else self._first_fetch
 
@@ -265,13 +276,43 @@ class PerformanceCallback(_CallbackBase):
 
     def _timed_save(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
-            began = self._clock()
-            try:
+            with self.listener.span("checkpoint"):
                 return original(*args, **kwargs)
-            finally:
-                self._account.span("checkpoint", self._clock() - began)
 
         return save_checkpoint
+
+    def _on_span(self, kind: str, started: float, ended: float) -> None:
+        """A span of the listener (a save, the restore, :func:`trainperf.span`): before training, a part
+        of the first window's named times; during it, other host time through the accountant."""
+        if not self._training:
+            if ended > started:
+                self.listener.add_time(kind, ended - started)
+            return
+        self._account.span(kind, ended - started, within=self._account.began is not None)
+
+    def _wrap_restore(self, trainer: Any) -> None:
+        """Time the restore of a fit resumed with ``ckpt_path=`` as ``checkpoint_load``: the checkpoint
+        connector's ``_restore_modules_and_callbacks`` (reading the file, the module's weights, the
+        datamodule's and callbacks' states) and ``restore_training_state`` (precision, loops, optimizers,
+        schedulers). Without a checkpoint both return at once, and nothing is timed."""
+        connector = getattr(trainer, "_checkpoint_connector", None)
+
+        def timed(loads: Callable[..., bool]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+            def make(original: Callable[..., Any]) -> Callable[..., Any]:
+                def restore(*args: Any, **kwargs: Any) -> Any:
+                    if not loads(*args, **kwargs):
+                        return original(*args, **kwargs)
+                    with self.listener.span("checkpoint_load"):
+                        return original(*args, **kwargs)
+
+                return restore
+
+            return make
+
+        self._setup.wrap(connector, "_restore_modules_and_callbacks",
+                         timed(lambda checkpoint_path=None, *_, **__: bool(checkpoint_path)))
+        self._setup.wrap(connector, "restore_training_state",
+                         timed(lambda *_, **__: bool(getattr(connector, "_loaded_checkpoint", None))))
 
     # -- wrappers, each undone at teardown ------------------------------------------------
     def _wrap_fetch(self, trainer: Any) -> None:

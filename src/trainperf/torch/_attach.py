@@ -12,10 +12,10 @@ The iteration's time splits three ways, so a window adds up:
   loader wrapped with :func:`trainperf.torch.timed`;
 * **other**: host time from the end of the previous step to the first sign of the next iteration
   (a fetch, a forward, an optimizer step): evaluation, logging, metric reads, ``loss.item()``
-  after the step, and checkpoints (``torch.save``/``torch.load`` on the training thread, also
-  inside the iteration). Evaluation runs from a forward pass with autograd off, or a fetch with
-  autograd off, between two steps to the next sign of training or checkpoint; its time and the
-  checkpoints' are also reported on their own (``eval_ms``, ``checkpoint_ms``);
+  after the step, checkpoints (``torch.save``/``torch.load`` on the training thread, also inside
+  the iteration) and :func:`trainperf.span` blocks. Evaluation runs from a forward pass with autograd
+  off, or a fetch with autograd off, between two steps to the next sign of training or span; its time
+  and the spans' are also reported on their own (``eval_ms``, ``checkpoint_ms``, ``checkpoint_load_ms``);
 * **compute**: the rest, from that first sign to the step's end, loader waits taken out: moving the
   batch, forwards (also no-grad ones such as a teacher's), backward, every optimizer step.
 
@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor, is_grad_enabled
 
+from ..base import check_int
 from ..core import PerformanceListener, StepAccountant, fetch_wait
 from ..records import DeviceTimeline
 from . import _checkpoint as checkpoints
@@ -48,7 +49,7 @@ from ._flops import StepFlopCounter, format_in_use
 from ._gap import GapSplitter
 from ._registry import link_peers, owns, register_step_hook, tell_peers, unlink_peers
 from ._setup import TrainingSetup
-from ._tap import attachments_of, tap_of, untap
+from ._tap import attachments_of, leave, seen_before, tap_of, untap
 from .shared import process_rank, token_counter
 
 __all__ = ["Attachment", "attach", "detach"]
@@ -62,6 +63,8 @@ class Attachment:
         listener: the listener that receives one call per optimizer step.
         timeline_factory: builds the device timeline for the model's device (tests pass a fake);
             by default CUDA events on CUDA and the host clock alone elsewhere.
+        start_iteration: the iterations done before, by a run resumed from a checkpoint: the first
+            record's ``first_iteration`` is ``start_iteration + 1``.
     """
 
     def __init__(
@@ -70,7 +73,9 @@ class Attachment:
         listener: PerformanceListener,
         *,
         timeline_factory: Callable[[torch.device], DeviceTimeline] | None = None,
+        start_iteration: int = 0,
     ) -> None:
+        self._start_iteration: int = check_int("start_iteration", start_iteration)
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not isinstance(listener, PerformanceListener):
@@ -118,12 +123,13 @@ class Attachment:
         setup.defer(register_step_hook(self).remove)
         setup.defer(self._forget_optimizers)
         setup.watch_loader(self)  # the advice and workers of the loader iterated (on_loader)
-        checkpoints.register(self)
+        checkpoints.register(self)  # torch.save and torch.load as spans of the listener
         setup.defer(lambda: checkpoints.unregister(self))
+        setup.defer(listener.route_spans(self.on_span))
         link_peers(self)
         setup.defer(lambda: unlink_peers(self))
         attachments_of(model, create=True).append(self)
-        setup.defer(self._leave_model)
+        setup.defer(lambda: leave(model, self))
         listener.on_close(self.detach)
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             # timed from now: a comm hook registered after attach() runs inside the timing one
@@ -131,8 +137,8 @@ class Attachment:
 
     # hot path ---------------------------------------------------------------
     def _on_forward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not is_grad_enabled():  # evaluation between steps; inside a step (a target pass) nothing
-            if self._eval_at is None and self._started and self._account.began is None:
+        if not is_grad_enabled():  # evaluation between steps; inside a step (a target pass) or a span nothing
+            if self._eval_at is None and self._started and self._account.began is None and not self.listener.in_span:
                 self._eval_at = self.clock()
             return None
         if not self._forward_seen:  # the iteration's first forward
@@ -170,7 +176,7 @@ class Attachment:
         if type(first) is Tensor:  # the common case, without the general search
             if self._first_input is None:
                 self._first_input = first
-            elif first is self._first_input or self._seen(first):  # a closure re-evaluated, a repeated pass
+            elif first is self._first_input or seen_before(self._inputs, first):  # a closure re-run, a repeated pass
                 return None
             shape = first.shape
             n: int | None = shape[0] if shape else batch_size(args)
@@ -179,7 +185,7 @@ class Attachment:
             if isinstance(first, Tensor):  # a subclass
                 if self._first_input is None:
                     self._first_input = first
-                elif first is self._first_input or self._seen(first):
+                elif first is self._first_input or seen_before(self._inputs, first):
                     return None
         if self._micro and self._flop_counter is not None:  # a later micro-batch (the first is in begin)
             self._flop_counter.add_batch(args or kwargs)
@@ -187,14 +193,6 @@ class Attachment:
         samples = self._samples
         self._samples = None if n is None or samples is None else samples + n
         return None
-
-    def _seen(self, tensor: Tensor) -> bool:
-        """Whether a later forward of this step had ``tensor`` as input already; remembers it if not."""
-        for ref in self._inputs:
-            if ref() is tensor:
-                return True
-        self._inputs.append(weakref.ref(tensor))
-        return False
 
     def on_fetch(self, started: float, ended: float, batch: Any) -> None:
         """A loader fetch from ``started`` to ``ended`` delivered ``batch`` (``None``: it started or
@@ -226,16 +224,19 @@ class Attachment:
     def on_eval_fetch(self, started: float) -> None:
         """A loader fetch with autograd off began at ``started`` on the training thread: between
         steps, an evaluation loader's, whose time is evaluation's."""
-        if self._eval_at is None and self._started and self._account.began is None:
+        if self._eval_at is None and self._started and self._account.began is None and not self.listener.in_span:
             self._eval_at = started
 
-    def on_checkpoint(self, started: float, ended: float) -> None:
-        """``torch.save`` or ``torch.load`` ran from ``started`` to ``ended`` on the training thread."""
-        if not self._started:  # loading weights before training: no window holds it
+    def on_span(self, kind: str, started: float, ended: float) -> None:
+        """A span of the listener (``torch.save``, ``torch.load``, :func:`trainperf.span`) ran from
+        ``started`` to ``ended``: other host time of the iteration, and its own figure."""
+        if not self._started:  # before training (weights loaded): the first window's, a start-up part
+            if ended > started:
+                self.listener.add_time(kind, ended - started)
             return
-        if self._eval_at is not None:  # an evaluation ends where the checkpoint after it starts
+        if self._eval_at is not None:  # an evaluation ends where the span after it starts
             self._end_eval(started)
-        self._account.span("checkpoint", ended - started, within=self._account.began is not None)
+        self._account.span(kind, ended - started, within=self._account.began is not None)
 
     def _end_eval(self, at: float) -> None:
         began, self._eval_at = self._eval_at, None
@@ -332,7 +333,8 @@ class Attachment:
                 self._time_micro_batches()
         boundary = self.clock() if at is None else at
         self._account.restart(boundary)
-        self.listener.start(boundary)  # the first fetch, when one began training, is in the first window
+        # the first fetch, when one began training, is in the first window; a resumed run counts on
+        self.listener.start(boundary, iteration=self._start_iteration)
 
     def _time_micro_batches(self) -> None:
         """Without a loader, time the iterable from each backward pass under ``no_sync`` to the next
@@ -357,11 +359,6 @@ class Attachment:
         self._flop_counter = None
         self._setup.undo()  # the FLOP counter left, every hook removed
 
-    def _leave_model(self) -> None:
-        attachments = attachments_of(self.model)
-        if self in attachments:
-            attachments.remove(self)
-
     def _forget_optimizers(self) -> None:
         for handle in self._hooks:  # the nested steps' pre-hooks
             handle.remove()
@@ -379,8 +376,11 @@ def attach(
     listener: PerformanceListener,
     *,
     timeline_factory: Callable[[torch.device], DeviceTimeline] | None = None,
+    start_iteration: int = 0,
 ) -> Attachment:
     """Listen to ``model`` in an unchanged training loop; for models whose class you can't change.
+    ``start_iteration``: the iterations done before, for a run resumed from a checkpoint (see
+    :class:`Attachment`).
 
     Example:
         >>> import torch, trainperf
@@ -389,7 +389,7 @@ def attach(
         >>> # ... your loop, unchanged ...
         >>> handle.detach()                        # or listener.close()
     """
-    return Attachment(model, listener, timeline_factory=timeline_factory)
+    return Attachment(model, listener, timeline_factory=timeline_factory, start_iteration=start_iteration)
 
 
 def detach(model: torch.nn.Module) -> None:

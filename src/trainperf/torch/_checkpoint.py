@@ -1,36 +1,41 @@
-"""Checkpoints in an unchanged loop: ``torch.save`` and ``torch.load`` are timed while a model is
-listened to with :func:`trainperf.torch.attach`.
+"""Checkpoints in an unchanged loop: while a model is listened to with :func:`trainperf.torch.attach`,
+``torch.save`` is a ``"checkpoint"`` span and ``torch.load`` a ``"checkpoint_load"`` span of its listener.
 
 Installed when the first attachment registers and removed with the last one (``torch.save`` and
-``torch.load`` are torch's own again). Each call on an attachment's training thread is handed to it
-with its start and end on the attachment's clock; calls on other threads (a background saver) are
-not. A name bound before the first attach (``from torch import save``) keeps calling torch's own.
+``torch.load`` are torch's own again). Each call on an attachment's training thread is timed as a
+:meth:`~trainperf.PerformanceListener.span` of its listener, which hands it to the attachment (or, before
+training starts, keeps it in the first window's named times); calls on other threads (a background
+saver) are not. A save inside a load, or one inside a span the user opened, counts once (the outer
+span). A name bound before the first attach (``from torch import save``) keeps calling torch's own.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from contextlib import ExitStack
 from threading import get_ident
 from typing import Any, Protocol
 
 import torch
 
+from ..core import PerformanceListener
+
 __all__: list[str] = []
 
 
 class CheckpointObserver(Protocol):
-    """What the wrappers call; :class:`trainperf.torch.Attachment` implements it."""
+    """What the wrappers read; :class:`trainperf.torch.Attachment` has both."""
 
-    def on_checkpoint(self, started: float, ended: float) -> None: ...
-
-    clock: Callable[[], float]
+    listener: PerformanceListener
     thread: int
 
 
+#: The span each wrapped function is.
+KINDS = {"save": "checkpoint", "load": "checkpoint_load"}
+
 _observers: list[weakref.ref[CheckpointObserver]] = []
 _originals: dict[str, Any] = {}
-_depth = 0  # a save inside a load (or the other way round) is timed once, by the outer call
 
 
 def register(observer: CheckpointObserver) -> None:
@@ -48,22 +53,17 @@ def unregister(observer: CheckpointObserver) -> None:
 
 
 def _timed(name: str) -> Callable[..., Any]:
-    original = _originals[name]
+    original, kind = _originals[name], KINDS[name]
 
     def timed(*args: Any, **kwargs: Any) -> Any:
-        global _depth
         thread = get_ident()
-        observers = [o for ref in _observers if (o := ref()) is not None and o.thread == thread] if not _depth else []
-        if not observers:
+        listeners = [o.listener for ref in _observers if (o := ref()) is not None and o.thread == thread]
+        if not listeners:
             return original(*args, **kwargs)
-        starts = [o.clock() for o in observers]
-        _depth += 1
-        try:
+        with ExitStack() as spans:
+            for listener in listeners:
+                spans.enter_context(listener.span(kind))
             return original(*args, **kwargs)
-        finally:
-            _depth -= 1
-            for observer, started in zip(observers, starts, strict=True):
-                observer.on_checkpoint(started, observer.clock())
 
     timed.__wrapped__ = original  # type: ignore[attr-defined]
     timed.__name__ = name
@@ -72,12 +72,12 @@ def _timed(name: str) -> Callable[..., Any]:
 
 
 def _install() -> None:
-    for name in ("save", "load"):
+    for name in KINDS:
         _originals[name] = getattr(torch, name)
         setattr(torch, name, _timed(name))
 
 
 def _uninstall() -> None:
-    for name in ("save", "load"):
+    for name in KINDS:
         if name in _originals:
             setattr(torch, name, _originals.pop(name))

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ..base import check_int
 from ..core import PerformanceListener
 from ._attach import Attachment, attach, detach
 from ._batch import map_tensors
@@ -33,16 +34,20 @@ class ListenerModule:
         1
     """
 
-    def set_listeners(self, *listeners: PerformanceListener) -> list[Attachment]:
-        """Replace this model's listeners with ``listeners`` (no argument removes them all)."""
+    def set_listeners(self, *listeners: PerformanceListener, start_iteration: int = 0) -> list[Attachment]:
+        """Replace this model's listeners with ``listeners`` (no argument removes them all).
+        ``start_iteration``: the iterations done before, for a run resumed from a checkpoint (the first
+        record's ``first_iteration`` is ``start_iteration + 1``)."""
         self._check_module()
         detach(self)  # type: ignore[arg-type]
-        return self.add_listeners(*listeners)
+        return self.add_listeners(*listeners, start_iteration=start_iteration)
 
-    def add_listeners(self, *listeners: PerformanceListener) -> list[Attachment]:
-        """Add listeners beside those already set."""
+    def add_listeners(self, *listeners: PerformanceListener, start_iteration: int = 0) -> list[Attachment]:
+        """Add listeners beside those already set (``start_iteration`` as for :meth:`set_listeners`)."""
         self._check_module()
-        return [attach(self, listener) for listener in listeners]  # type: ignore[arg-type]
+        check_int("start_iteration", start_iteration)  # said even with no listener given
+        return [attach(self, listener, start_iteration=start_iteration)  # type: ignore[arg-type]
+                for listener in listeners]
 
     @property
     def listeners(self) -> list[PerformanceListener]:

@@ -10,10 +10,12 @@ callbacks and then the real ``forward``. A ``copy.deepcopy`` or pickle of the mo
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import Tensor
 from torch.compiler import is_compiling
 
 __all__: list[str] = []
@@ -108,6 +110,23 @@ def attachments_of(model: Any, *, create: bool = False) -> AttachmentList:
         if create:
             model.__dict__[_ATTACHMENTS] = found
     return found  # type: ignore[no-any-return]
+
+
+def leave(model: Any, attachment: Any) -> None:
+    """``attachment`` is no longer one of ``model``'s (it detached)."""
+    attachments = attachments_of(model)
+    if attachment in attachments:
+        attachments.remove(attachment)
+
+
+def seen_before(inputs: list[weakref.ref[Tensor]], tensor: Tensor) -> bool:
+    """Whether a later forward of the step had ``tensor`` as input already (``inputs``, weakly); remembers
+    it in ``inputs`` if not."""
+    for ref in inputs:
+        if ref() is tensor:
+            return True
+    inputs.append(weakref.ref(tensor))
+    return False
 
 
 def is_listened(model: Any) -> bool:

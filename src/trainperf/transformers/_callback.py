@@ -12,12 +12,14 @@ iteration's step begins at ``on_step_begin`` and ends where the optimizer step e
 optimizer step hook), whatever the order of the callbacks; a :class:`~trainperf.core.StepAccountant`
 does the arithmetic. Evaluation, logging and saving between steps are ``other`` (evaluation and
 checkpoints are also reported on their own, ``eval_ms`` and ``checkpoint_ms``); an evaluation's
-fetches are not data wait. The figures reach the Trainer's own logs (so TensorBoard, W&B and the
-rest get them at the Trainer's step): the callback moves itself ahead of the reporting callbacks,
-which would otherwise run before it. Each record is also a dict of its own in the Trainer's
-``state.log_history``, at its step. However ``train()`` ends, the training's listener is closed (the
-last window reported) and everything installed for it undone; an exception is named in the run
-directory's meta data (see :func:`~trainperf.transformers._trainer.watch_training`).
+fetches are not data wait. A training resumed with ``resume_from_checkpoint=`` counts its iterations
+on from the checkpoint's ``global_step``, and its loads (before ``on_train_begin``) are
+``checkpoint_load``, a part of the first window's named times. The figures reach the Trainer's own
+logs (so TensorBoard, W&B and the rest get them at the Trainer's step): the callback moves itself
+ahead of the reporting callbacks, which would otherwise run before it. Each record is also a dict of
+its own in the Trainer's ``state.log_history``, at its step. However ``train()`` ends, the training's
+listener is closed (the last window reported) and everything installed for it undone; an exception is
+named in the run directory's meta data (see :func:`~trainperf.transformers._trainer.watch_training`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from ..torch.shared import (
     step_format,
     token_counter,
 )
-from ._trainer import collective_model, find_trainer, unwatch_training, watch_training, wrap_steps
+from ._trainer import collective_model, find_trainer, unwatch_training, watch_training, wrap_loads, wrap_steps
 
 __all__ = ["PerformanceCallback"]
 
@@ -95,6 +97,7 @@ class PerformanceCallback(TrainerCallback):
         self._collective: CollectiveTimer | None = None
         self._setup = TrainingSetup(listener, close=True)  # one training's, undone with its end
         self._in_history: PerformanceRecord | None = None  # the newest record in the log history
+        self._prepared = False  # train() began and _prepare ran: on_train_begin keeps its listener
 
     # -- set-up ----------------------------------------------------------------------------
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -111,15 +114,29 @@ class PerformanceCallback(TrainerCallback):
             callbacks.remove(self)
             callbacks.insert(0, self)
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
-                       train_dataloader: Any = None, **kwargs: Any) -> None:
-        if self._trainer is None:  # added after the Trainer was built: on_init_end never came
-            self._use_trainer(find_trainer(sys._getframe(1)))
+    def training_starting(self, trainer: Any) -> None:
+        """``train()`` of this callback's Trainer begins, before it loads a checkpoint to resume from: this
+        training's listener is set up, and the Trainer's loads are timed (``checkpoint_load``)."""
+        self._use_trainer(trainer)
+        self._prepare()
+        wrap_loads(trainer, self.listener, self._setup)
+
+    def _prepare(self) -> None:
         if self._observing:  # a train() that ended without the Trainer's training loop wrapped
             self._stop()
         if self.listener.closed:  # a second train()
             self.listener = self._runs.new()
         self._reset()
+        self._setup.defer(self.listener.route_spans(self._on_span))
+        self._prepared = True
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
+                       train_dataloader: Any = None, **kwargs: Any) -> None:
+        if self._trainer is None:  # added after the Trainer was built: on_init_end never came
+            self._use_trainer(find_trainer(sys._getframe(1)))
+        if not self._prepared:  # train() was not seen starting (the class's train wrapped again since)
+            self._prepare()
+        self._prepared = False
         self._state = state
         listener, setup, trainer = self.listener, self._setup, self._trainer
         device = _device_of(model)
@@ -178,9 +195,14 @@ class PerformanceCallback(TrainerCallback):
         if self._collective is not None:  # a distributed run: the wait of the next all-reduce holds it
             self._collective.add_wait(seconds)
 
-    def spent(self, kind: str, seconds: float) -> None:
+    def _on_span(self, kind: str, started: float, ended: float) -> None:
+        """A span of the listener (evaluation, a save, a load, :func:`trainperf.span`): during the training,
+        other host time through the accountant; before ``on_train_begin`` (the loads of a resumed
+        training), a part of the first window's named times."""
         if self._observing:
-            self.account.span(kind, seconds)
+            self.account.span(kind, ended - started, within=self.account.began is not None)
+        elif ended > started:
+            self.listener.add_time(kind, ended - started)
 
     def training_ended(self, error: BaseException | None = None) -> None:
         """``train()`` ended, with ``error`` or normally: the training's listener closes (reporting the
@@ -283,7 +305,7 @@ class PerformanceCallback(TrainerCallback):
     def _stop(self) -> None:
         """Undo one training's hooks and wrappers and close its listener (idempotent); the windows the
         close reported join the log history."""
-        self._observing = False
+        self._observing = self._prepared = False
         self._flops = None
         self._setup.undo()
         self._add_to_log_history()

@@ -14,6 +14,10 @@ A few things only the Trainer has are needed:
   :class:`~trainperf.torch.shared.BlockedCalls`);
 * ``evaluate`` and ``_save_checkpoint``: their time is reported on its own (``eval_ms``,
   ``checkpoint_ms``), collectives inside them included;
+* the loads of a training resumed with ``resume_from_checkpoint=`` (the model's weights, the optimizer
+  and scheduler, the scaler, the callbacks' and random generators' states) and of the best model at
+  the end: ``checkpoint_load``. Most happen inside ``train()`` before ``on_train_begin``, so
+  :func:`wrap_loads` is installed as ``train()`` starts (see below);
 * ``model_wrapped``: the ``DistributedDataParallel`` whose collectives are timed, or the FSDP model
   whose collectives are not (said once);
 
@@ -27,8 +31,8 @@ event (``on_train_end`` is not sent), and a callback added with ``add_callback``
 Trainer inside ``train()``, too late to wrap that call. So while a callback is open,
 :func:`watch_training` wraps ``transformers.Trainer.train`` itself (once, for every callback): however
 ``train()`` ends (an exception, ``KeyboardInterrupt``, normally), each watched callback of that Trainer
-is told, with the exception, which then goes on unchanged. The last :func:`unwatch_training` gives
-the class its ``train`` back.
+is told, with the exception, which then goes on unchanged; each is also told as ``train()`` starts,
+before anything is loaded. The last :func:`unwatch_training` gives the class its ``train`` back.
 """
 
 from __future__ import annotations
@@ -42,12 +46,18 @@ from typing import Any, Protocol
 import torch
 import transformers
 
+from ..core import PerformanceListener
 from ..torch.shared import BlockedCalls, Teardown, find_fsdp
 
-__all__ = ["collective_model", "find_trainer", "unwatch_training", "watch_training", "wrap_steps"]
+__all__ = ["collective_model", "find_trainer", "unwatch_training", "watch_training", "wrap_loads", "wrap_steps"]
 
 #: The accelerator's collectives the Trainer calls on the training thread.
 _ACCELERATOR_COLLECTIVES = ("gather", "reduce", "gather_for_metrics", "pad_across_processes", "wait_for_everyone")
+
+#: What the Trainer calls to load a checkpoint: to resume (``train(resume_from_checkpoint=)``), and the
+#: best model at the end (``load_best_model_at_end``).
+_LOADS = ("_load_from_checkpoint", "_load_optimizer_and_scheduler", "_load_scaler", "_load_rng_state",
+          "_load_callback_state", "_load_best_model")
 
 #: How far up the call stack the Trainer is looked for (its ``__init__`` or training loop, then the
 #: callback handler's ``call_event`` and the event method).
@@ -59,10 +69,11 @@ class Trainee(Protocol):
 
     clock: Callable[[], float]
     in_step_fetch: bool
+    listener: PerformanceListener
 
     def took(self, batches: int) -> None: ...
     def waited(self, seconds: float) -> None: ...
-    def spent(self, kind: str, seconds: float) -> None: ...
+    def training_starting(self, trainer: Any) -> None: ...
     def training_ended(self, error: BaseException | None = None) -> None: ...
 
 
@@ -121,6 +132,8 @@ def unwatch_training(callback: Trainee) -> None:
 def _ending(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def train(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for callback in _callbacks_of(self):
+            callback.training_starting(self)
         try:
             result = original(self, *args, **kwargs)
         except BaseException as error:
@@ -132,12 +145,16 @@ def _ending(original: Callable[..., Any]) -> Callable[..., Any]:
     return train
 
 
+def _callbacks_of(trainer: Any) -> list[Trainee]:
+    """The watched callbacks of ``trainer``."""
+    callbacks = getattr(getattr(trainer, "callback_handler", None), "callbacks", None)
+    # (a callback that takes no weak reference is not ours)
+    return [c for c in list(callbacks) if c in _watched] if isinstance(callbacks, list) else []
+
+
 def _tell(trainer: Any, error: BaseException | None) -> None:
     """Tell the watched callbacks of ``trainer`` that its ``train()`` ended (with ``error``)."""
-    callbacks = getattr(getattr(trainer, "callback_handler", None), "callbacks", None)
-    for callback in list(callbacks) if isinstance(callbacks, list) else ():
-        if callback not in _watched:  # (a callback that takes no weak reference is not ours)
-            continue
+    for callback in _callbacks_of(trainer):
         try:
             callback.training_ended(error)
         except Exception:
@@ -170,11 +187,8 @@ def wrap_steps(trainer: Any, callback: Trainee, wrappers: Teardown) -> None:
             inner = blocked.aside(original)  # its collectives are part of it
 
             def timed(*args: Any, **kwargs: Any) -> Any:
-                began = clock()
-                try:
+                with callback.listener.span(kind):
                     return inner(*args, **kwargs)
-                finally:
-                    callback.spent(kind, clock() - began)
 
             return timed
 
@@ -187,6 +201,21 @@ def wrap_steps(trainer: Any, callback: Trainee, wrappers: Teardown) -> None:
     wrappers.wrap(trainer, "_nested_gather", blocked.timed)  # the loss gathered when logging, before transformers 5
     wrappers.wrap(trainer, "evaluate", spans("eval"))
     wrappers.wrap(trainer, "_save_checkpoint", spans("checkpoint"))
+
+
+def wrap_loads(trainer: Any, listener: PerformanceListener, wrappers: Teardown) -> None:
+    """Time the Trainer's checkpoint loads as ``checkpoint_load`` spans of ``listener`` (a load inside
+    another counts once), undone by ``wrappers.undo()``."""
+
+    def make(original: Any) -> Any:
+        def load(*args: Any, **kwargs: Any) -> Any:
+            with listener.span("checkpoint_load"):
+                return original(*args, **kwargs)
+
+        return load
+
+    for name in _LOADS:
+        wrappers.wrap(trainer, name, make)
 
 
 def collective_model(trainer: Any, model: Any) -> tuple[Any, Any, str | None]:
