@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: leave out its slow tests of other things: the report's pages in a browser).
 MODULES: dict[str, tuple[str, ...]] = {
     "records/_window.py": ("tests/test_window.py", "tests/test_attribution.py"),
-    "records/_goodput.py": ("tests/test_goodput.py",),
-    "records/_goodput_rows.py": ("tests/test_goodput.py",),
+    "records/_goodput.py": ("tests/test_goodput_account.py", "tests/test_goodput.py"),
+    "records/_goodput_rows.py": ("tests/test_goodput_account.py", "tests/test_goodput.py"),
     "ranks/_ledger.py": ("tests/test_goodput.py",),
     "core/_goodput_live.py": ("tests/test_goodput.py",),
     "records/_verdict.py": ("tests/test_verdict.py",),

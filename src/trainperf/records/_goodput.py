@@ -44,7 +44,10 @@ def _ms(value: Any) -> float:
         return value * 0.001 if 0.0 < value < _INF else 0.0
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return 0.0
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return 0.0
     return value * 0.001 if 0.0 < value < _INF else 0.0
 
 
@@ -311,7 +314,8 @@ def _count(data: Mapping[str, Any], key: str) -> int:
 
 
 def _seconds_map(data: Mapping[str, Any], key: str) -> dict[str, float]:
-    value = data.get(key) or {}
+    value = data.get(key)
+    value = {} if value is None else value
     if not isinstance(value, dict):
         raise ValueError(f"{key}: not an object")
     out: dict[str, float] = {}
@@ -323,7 +327,8 @@ def _seconds_map(data: Mapping[str, Any], key: str) -> dict[str, float]:
 
 
 def _bins(data: Mapping[str, Any], key: str) -> dict[int, int]:
-    value = data.get(key) or {}
+    value = data.get(key)
+    value = {} if value is None else value
     if not isinstance(value, dict) or len(value) > 1_000_000:
         raise ValueError(f"{key}: not a histogram")
     out: dict[int, int] = {}

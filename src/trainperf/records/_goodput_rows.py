@@ -3,8 +3,8 @@
 A rank's wall time runs from its first process's start to its last sign of life, restarts and the
 gaps between them included; it splits into rows that add up to it (:data:`GOODPUT_ROWS`). The **ideal step**
 is the median of the steady windows' per-iteration step (the warm-up windows' when there is no
-other); **goodput** is ``ideal step x net progress / wall time``, where net progress is the last
-iteration reached less the iteration the first attempt started from. The step time of every window
+other); **goodput** is ``ideal step x net progress / wall time``, where net progress is the iteration
+the last attempt reached less the one the first attempt started from. The step time of every window
 splits into the productive row (ideal step x net progress), lost progress (ideal step x iterations
 trained again after a restart from an earlier checkpoint), the warm-up's excess over the ideal step,
 and slowdown (the rest: steps slower than the ideal, less those faster). The job's wall time is its
@@ -162,8 +162,6 @@ def account_rank(attempts: Iterable[AttemptAccount], *, ideal: float | None = No
     rows = dict.fromkeys((key for key, _ in GOODPUT_ROWS), 0.0)
     warm_step = steady_step = 0.0
     warm_n = 0
-    lost = 0
-    reached = ordered[0].reached
     shown: list[Attempt] = []
     previous: AttemptAccount | None = None
     for a in ordered:
@@ -186,17 +184,19 @@ def account_rank(attempts: Iterable[AttemptAccount], *, ideal: float | None = No
         warm_step += a.warmup_step_s
         warm_n += a.warmup_iterations
         steady_step += a.steady_step_s
-        if previous is not None:
-            if not same:
-                rows["restart_gaps"] += max(0.0, a.process_start - previous.last_seen_or_start())
-            lost += max(0, reached - a.start_iteration)
-            reached = max(reached, a.reached)
+        if previous is not None and not same:
+            rows["restart_gaps"] += max(0.0, a.process_start - previous.last_seen_or_start())
         shown.append(Attempt(a.process_start, a.started, a.last_seen_or_start(), a.start_iteration, a.reached,
                              a.ended is not None, a.pid))
         if previous is None or a.last_seen_or_start() >= previous.last_seen_or_start():
             previous = a
     first = ordered[0].start_iteration
-    net = max(0, reached - first)
+    # the progress that stays is where the attempt that ended last left the model (a restart from an
+    # older checkpoint that stopped short of where an earlier attempt had been loses the difference)
+    net = max(0, max(ordered, key=lambda a: a.last_seen_or_start()).reached - first)
+    # iterations trained more than once: every attempt's, less the progress that stayed (a kill at 250
+    # and a resume from 200 train 201-250 twice)
+    lost = max(0, sum(max(0, a.reached - a.start_iteration) for a in ordered) - net)
     total = warm_step + steady_step
     if ideal is not None:
         rows["productive"] = ideal * net
@@ -207,7 +207,7 @@ def account_rank(attempts: Iterable[AttemptAccount], *, ideal: float | None = No
         rows["slowdown"] = total
     wall = sum(rows.values())
     goodput = rows["productive"] / wall if ideal is not None and wall > 0.0 else None
-    return GoodputAccount(wall, rows, goodput, ideal, net, lost, first, reached, tuple(shown), rank=rank,
+    return GoodputAccount(wall, rows, goodput, ideal, net, lost, first, first + net, tuple(shown), rank=rank,
                           notes=tuple(notes))
 
 
