@@ -37,16 +37,18 @@ class Job:
                                        "data_wait", "restart_gaps"), 0.0)
 
     def attempt(self, start_iteration: int, last: int, *, killed: bool, rank: int = 0,
-                same_process: bool = False) -> PerformanceListener:
+                same_process: bool = False, rank_later: bool = False) -> PerformanceListener:
         clock = self.clock
         if not same_process:
             self.process_start = clock.now
             self.pid += 1
         clock.advance(STARTUP_S - 0.5)  # imports, the model (or, in the same process, its own work)
-        listener = PerformanceListener(10, sinks=[], clock=clock, wall_clock=self.wall, rank=rank,
+        listener = PerformanceListener(10, sinks=[], clock=clock, wall_clock=self.wall, rank=0 if rank_later else rank,
                                        run_dir=self.run_dir, sink_thread=False)
         listener.pid = self.pid
         clock.advance(0.5)
+        if rank_later:  # an adapter finds the process group before training starts
+            listener.set_rank(rank)
         self.injected["other_host" if same_process else "startup"] += STARTUP_S
         if start_iteration:
             clock.advance(LOAD_S)  # the checkpoint, loaded before training starts
@@ -260,3 +262,16 @@ def test_a_second_training_in_the_same_process_is_no_restart(monkeypatch, clock,
     assert account.rows["checkpoint_load"] == pytest.approx(LOAD_S)
     assert sum(account.rows.values()) == pytest.approx(account.wall_s)
     assert account.wall_s == pytest.approx(clock.now - job.process_start, rel=1e-9)
+
+
+def test_a_rank_found_after_the_listener_was_built_reads_its_own_folder_s_earlier_attempts(monkeypatch, clock,
+                                                                                           tmp_path):
+    job = Job(monkeypatch, clock, tmp_path)
+    job.attempt(0, 250, killed=True, rank=1)
+    job.gap()
+    listener = job.attempt(200, 300, killed=False, rank=1, rank_later=True)
+    assert not (tmp_path / "rank-0").exists()
+    live = listener.summary().goodput
+    assert (live.rank, live.lost_iterations, len(live.attempts)) == (1, 50, 2)
+    assert live.rows["restart_gaps"] == pytest.approx(GAP_S)
+    assert read_goodput(tmp_path).ranks.keys() == {1}

@@ -24,36 +24,47 @@ class LiveGoodput:
     Args:
         wall_clock: the listener's wall clock.
         pid: this process.
-        rank: the listener's rank (said in the summary).
+        rank: the listener's rank now (said in the summary).
         sink: the run directory's sink, whose ledger holds the earlier attempts and this process's start.
     """
 
-    __slots__ = ("attempt", "prior", "steps", "rank", "_sink", "_wall_clock", "start_known", "_first")
+    __slots__ = ("attempt", "prior", "steps", "_rank", "_sink", "_wall_clock", "start_known", "_first", "_read")
 
-    def __init__(self, wall_clock: Callable[[], float], pid: int, rank: int | None, sink: RunDirSink | None) -> None:
+    def __init__(self, wall_clock: Callable[[], float], pid: int, rank: Callable[[], int | None],
+                 sink: RunDirSink | None) -> None:
         now = float(wall_clock())
         if sink is not None:
-            ledger = sink.ledger
-            process_start, self.start_known = ledger.attempt.process_start, ledger.start_known
-            self.prior = ledger.prior_accounts()
+            process_start, self.start_known = sink.ledger.attempt.process_start, sink.ledger.start_known
         else:
             age, self.start_known = process_age()
-            process_start, self.prior = now - age, []
+            process_start = now - age
         self.attempt = AttemptAccount(process_start, started=now, pid=pid)
         self.attempt.last_seen = now
-        # the steady steps of every attempt; with no earlier one, this attempt's own (one histogram to keep)
+        self.prior: list[AttemptAccount] = []
         self.steps = self.attempt.steady
-        if self.prior:
-            self.steps = StepHistogram()
-            for attempt in self.prior:
-                self.steps.merge(attempt.steady)
-        self._first = min([*self.prior, self.attempt], key=lambda a: a.process_start)  # the job's first attempt
-        self.rank = rank
+        self._first = self.attempt  # the job's first attempt
+        self._rank = rank
         self._sink = sink
         self._wall_clock = wall_clock
+        self._read = False
+
+    def _read_prior(self) -> None:
+        """The earlier attempts of the run directory's folder, read once training starts (or at the
+        first window): by then an adapter that found the process group has moved it to its rank's."""
+        self._read = True
+        if self._sink is None:
+            return
+        self.prior = self._sink.ledger.prior_accounts()
+        if self.prior:  # the steady steps of every attempt (with none earlier, this attempt's own)
+            self.steps = StepHistogram()
+            for attempt in [*self.prior, self.attempt]:
+                self.steps.merge(attempt.steady)
+        self._first = min([*self.prior, self.attempt], key=lambda a: a.process_start)
 
     def started(self, wall: float, iteration: int, startup: dict[str, float]) -> None:
         """Training started at ``wall`` from ``iteration``, after the spans in ``startup``."""
+        if not self._read:
+            self._read_prior()
         attempt = self.attempt
         attempt.started = wall
         attempt.start_iteration = iteration
@@ -63,6 +74,8 @@ class LiveGoodput:
 
     def add(self, record: PerformanceRecord) -> None:
         """Count the record's window and set its ``goodput``: the job's so far."""
+        if not self._read:
+            self._read_prior()
         attempt = self.attempt
         steady = attempt.steady.total
         attempt.add_record(record)
@@ -81,9 +94,11 @@ class LiveGoodput:
 
     def account(self) -> GoodputAccount:
         """The rows of this rank's attempts so far (the earlier ones as the run directory holds them)."""
+        if not self._read:
+            self._read_prior()
         attempt = self.attempt.copy()
         if attempt.ended is None:
             attempt.last_seen = max(attempt.last_seen_or_start(), float(self._wall_clock()))
         notes = () if self.start_known else ("the operating system did not say when this process started: "
                                              "start-up is counted from when trainperf was imported",)
-        return account_rank([*self.prior, attempt], rank=self.rank, notes=notes)
+        return account_rank([*self.prior, attempt], rank=self._rank(), notes=notes)

@@ -384,7 +384,7 @@ class ListenerSetup:
         if self._run_dir is not None:
             self._emitter.sinks.append(self._run_dir.sink)
         sink = self._run_dir.sink if self._run_dir is not None else None
-        self._goodput = self._publisher.goodput = LiveGoodput(wall_clock, os.getpid(), self.rank, sink)
+        self._goodput = self._publisher.goodput = LiveGoodput(wall_clock, os.getpid(), lambda: self.rank, sink)
         self._on_close.append(lambda: self._goodput.close(self._open.take_named()))
 
     def _reset_window(self, now: float, *, first: bool) -> None:
