@@ -10,8 +10,8 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import FakeClock
 
+from conftest import FakeClock
 from trainperf import PerformanceListener, read_goodput
 from trainperf.records import AttemptAccount, StepHistogram, account_job, account_rank
 

@@ -161,7 +161,9 @@ class PerformanceCallback(_CallbackBase):
             setup.wrap(pl_module, "training_step", self._ending_training_step)
         setup.wrap(trainer, "save_checkpoint", self._timed_save)
         self._wrap_fetch(trainer)
-        listener.start(at=self._first_fetch)
+        # a fit resumed from a checkpoint (ckpt_path) counts on from the trainer's restored step
+        resumed = getattr(trainer, "global_step", 0) if getattr(trainer, "ckpt_path", None) else 0
+        listener.start(at=self._first_fetch, iteration=resumed if isinstance(resumed, int) else 0)
         # a fetch before now (the first epoch's iterator) is the first iteration's data wait
         self._account.boundary = self._clock() if self._first_fetch is None else self._first_fetch
 

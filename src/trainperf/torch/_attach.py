@@ -332,7 +332,7 @@ class Attachment:
                 self._time_micro_batches()
         boundary = self.clock() if at is None else at
         self._account.restart(boundary)
-        self.listener.start(boundary)  # the first fetch, when one began training, is in the first window
+        self.listener.start(boundary, iteration=self.listener.iteration)  # a resumed run's start(iteration=) goes on
 
     def _time_micro_batches(self) -> None:
         """Without a loader, time the iterable from each backward pass under ``no_sync`` to the next
