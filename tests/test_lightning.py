@@ -310,6 +310,7 @@ def test_logger_rows_are_shared_with_the_modules_metrics_and_continue_after_resu
                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
                        accelerator="cpu", devices=1, enable_checkpointing=False)
         t.fit(Logged(), loader(n=40), ckpt_path=ckpt_path)
+        fit.records = callback.listener.history.records
         return t, logger
 
     t, logger = fit(10)
@@ -325,6 +326,7 @@ def test_logger_rows_are_shared_with_the_modules_metrics_and_continue_after_resu
     with open(logger.log_dir + "/metrics.csv") as f:
         steps = [int(r["step"]) for r in csv.DictReader(f) if r.get("trainperf/etl_ms")]
     assert steps == [14, 19]  # after the checkpoint's step 10, not from 0 again
+    assert [r.iteration for r in fit.records] == [15, 20]  # the records count on from the checkpoint's step too
 
 
 def test_callback_on_a_device_timeline_never_waits_while_fitting(tmp_path):

@@ -172,7 +172,8 @@ class PerformanceCallback(_CallbackBase):
         self._wrap_fetch(trainer)
         self._training = True
         # a resumed fit counts on from the checkpoint's step (its loops are restored by now)
-        listener.start(at=self._first_fetch, iteration=getattr(trainer, "global_step", 0) or 0)
+        step = getattr(trainer, "global_step", 0)
+        listener.start(at=self._first_fetch, iteration=step if isinstance(step, int) and step > 0 else 0)
         # a fetch before now (the first epoch's iterator) is the first iteration's data wait
         self._account.boundary = self._clock() if self._first_fetch is None else self._first_fetch
 

@@ -333,8 +333,8 @@ class Attachment:
                 self._time_micro_batches()
         boundary = self.clock() if at is None else at
         self._account.restart(boundary)
-        # the first fetch, when one began training, is in the first window; a resumed run counts on
-        self.listener.start(boundary, iteration=self._start_iteration)
+        # the first fetch is in the first window; a resumed run counts on (start_iteration=, or the listener's own)
+        self.listener.start(boundary, iteration=self._start_iteration or self.listener.iteration)
 
     def _time_micro_batches(self) -> None:
         """Without a loader, time the iterable from each backward pass under ``no_sync`` to the next
