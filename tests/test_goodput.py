@@ -275,3 +275,19 @@ def test_a_rank_found_after_the_listener_was_built_reads_its_own_folder_s_earlie
     assert (live.rank, live.lost_iterations, len(live.attempts)) == (1, 50, 2)
     assert live.rows["restart_gaps"] == pytest.approx(GAP_S)
     assert read_goodput(tmp_path).ranks.keys() == {1}
+
+
+def test_trainperf_goodput_says_the_account_on_one_screen_and_as_json(monkeypatch, clock, tmp_path, capsys):
+    from trainperf.cli import main
+
+    job = Job(monkeypatch, clock, tmp_path)
+    job.attempt(0, 100, killed=False, rank=0)
+    job.attempt(0, 100, killed=False, rank=1)
+    assert main(["goodput", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("goodput of the job: ") and "start-up" in out and "per rank: 0 " in out
+    assert main(["goodput", str(tmp_path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data == json.loads(json.dumps(read_goodput(tmp_path).to_dict()))
+    assert main(["goodput", str(tmp_path / "missing")]) == 2
+    assert "run_dir" in capsys.readouterr().err
