@@ -33,7 +33,8 @@ def window(account: AttemptAccount, iteration: int, n: int = 10, *, compute: flo
 
 
 @pytest.mark.parametrize("value, seconds", [
-    (1500.0, 1.5), (2, 0.002), (0.0, 0.0), (-3.0, 0.0), (math.nan, 0.0), (math.inf, 0.0), (None, 0.0),
+    (1500.0, 1.5), (2, 0.002), (1, 0.001), (0, 0.0), (-3, 0.0), (0.0, 0.0), (-3.0, 0.0), (math.nan, 0.0),
+    (math.inf, 0.0), (None, 0.0),
     (True, 0.0), ("12", 0.0), (-math.inf, 0.0), (10**400, 0.0),
 ])
 def test_a_millisecond_figure_is_seconds_and_anything_else_nothing(value, seconds):
@@ -75,6 +76,7 @@ def test_warm_up_and_steady_windows_are_kept_apart_and_the_last_ones_move_forwar
     window(a, 10, compute=50.0, warmup=True, stamp=5.0)
     window(a, 20, compute=10.0, stamp=6.0)
     window(a, 15, n=5, compute=12.0, stamp=math.nan)  # out of order and with no time: neither moves back
+    assert (a.last_iteration, a.last_seen) == (20, 6.0)
     window(a, 30, compute=11.0, stamp=None)
     assert (a.warmup_iterations, a.steady_iterations, a.iterations, a.windows) == (10, 25, 35, 4)
     assert a.warmup_step_s == pytest.approx(0.5) and a.steady_step_s == pytest.approx(0.1 + 0.06 + 0.11)
@@ -145,7 +147,8 @@ def test_a_ledger_entry_round_trips_and_keeps_what_the_rows_need():
     ("last_iteration", -2), ("warmup_step_s", None), ("steady_iterations", None),
     ("parts", []), ("parts", {"gc": -1.0}), ("parts", {"gc": True}), ("parts", {"gc": 1e9}),
     ("startup_parts", {"x": "1"}), ("steady", []), ("steady", {"x": 1}), ("steady", {"3": 0}),
-    ("steady", {"3": True}), ("warmup", {"3": 2**62}), ("window_wall_s", math.nan),
+    ("steady", {"3": True}), ("steady", {"3": -2}), ("warmup", {"3": 2**62}), ("window_wall_s", math.nan),
+    ("parts", {"gc": 1e10}),
 ])
 def test_a_ledger_entry_of_the_wrong_kind_is_refused_naming_the_field(field, value):
     with pytest.raises(ValueError, match=field):
@@ -192,6 +195,15 @@ def test_a_restart_that_resumes_past_where_the_last_one_stopped_loses_nothing():
     account = account_rank([attempt(0.0, 1.0, 0, 100, last_seen=2.0), attempt(5.0, 6.0, 100, 200, last_seen=7.0,
                                                                              pid=2)])
     assert account.lost_iterations == 0 and account.net_progress == 200 and account.rows["lost_progress"] == 0.0
+
+
+def test_another_process_that_starts_within_a_second_of_the_first_is_a_restart_not_the_same_process():
+    quick = attempt(0.0, 0.1, 0, 10, last_seen=0.6, ended=False)
+    for pid, start in ((2, 0.8), (1, 1.0)):  # another pid; or the same pid (a container's) a second later
+        again = attempt(start, start + 0.1, 0, 10, last_seen=start + 0.5, pid=pid)
+        account = account_rank([quick, again])
+        assert account.rows["restart_gaps"] == pytest.approx(start - 0.6), pid
+        assert account.rows["startup"] == pytest.approx(0.2), pid
 
 
 def test_an_attempt_that_starts_before_the_last_one_ended_makes_no_negative_gap():
@@ -252,8 +264,10 @@ def test_the_job_is_its_slowest_rank_against_every_rank_s_ideal_step():
     fast = attempt(0.0, 1.0, 0, 100, last_seen=3.0, step_ms=10.0)
     slow = attempt(0.0, 1.0, 0, 100, last_seen=5.0, step_ms=20.0)
     same = attempt(0.0, 1.0, 0, 100, last_seen=5.0, step_ms=10.0)
+    twin = attempt(0.0, 1.0, 0, 100, last_seen=5.0, step_ms=10.0)
+    assert account_job({4: [twin], 2: [same]}).rank == 2  # a tie: the lower rank
     job = account_job({0: [fast], 4: [slow], 2: [same]})
-    assert job.rank == 2  # the longest, the lower rank of a tie
+    assert job.rank in (2, 4) and job.wall_s == max(job.ranks[2].wall_s, job.ranks[4].wall_s)
     assert set(job.ranks) == {0, 2, 4} and job.ranks[4].ideal_step_s == pytest.approx(0.020, rel=1e-3)
     assert job.ideal_step_s == pytest.approx(0.010, rel=1e-3)
     assert job.wall_s == pytest.approx(5.0) and sum(job.rows.values()) == pytest.approx(5.0)
@@ -282,12 +296,29 @@ def test_the_account_in_words_and_in_json():
     assert account_rank([attempt(0.0, 1.0, 0, 50, last_seen=2.0)]).lines()[0].startswith("goodput of this run")
 
 
-def test_a_row_s_share_of_no_time_is_zero():
-    empty = GoodputAccount(0.0, dict.fromkeys((k for k, _ in GOODPUT_ROWS), 0.0), None, None, 0, 0, 0, 0, ())
+def test_a_row_s_share_of_no_time_is_zero_and_an_account_is_frozen():
+    rows = dict.fromkeys((k for k, _ in GOODPUT_ROWS), 0.0)
+    empty = GoodputAccount(0.0, rows, None, None, 0, 0, 0, 0, ())
     assert empty.share("productive") == 0.0
+    tiny = GoodputAccount(0.5, dict(rows, productive=0.25, startup=0.25), 0.5, 0.01, 25, 0, 0, 25, ())
+    assert tiny.share("productive") == 0.5
+    with pytest.raises(AttributeError):
+        tiny.wall_s = 1.0  # type: ignore[misc]
+
+
+def test_rows_below_half_a_permille_of_the_wall_time_are_left_out_of_the_words_but_not_of_the_json():
+    rows = dict.fromkeys((k for k, _ in GOODPUT_ROWS), 0.0)
+    rows.update(productive=50.0, startup=49.9, gc=0.06, eval=0.04)
+    account = GoodputAccount(100.0, rows, 0.5, 0.01, 5000, 0, 0, 5000, ())
+    lines = account.lines()
+    assert lines[1] == "   50.0%    50.00 s  productive steps (ideal step x net progress)"
+    assert lines[2] == "   49.9%    49.90 s  start-up (process start to training)"
+    assert any("garbage collection" in line for line in lines) and not any("evaluation" in line for line in lines)
+    assert {r["row"]: r["seconds"] for r in account.to_dict()["rows"]}["eval"] == 0.04
 
 
 @pytest.mark.parametrize("seconds, text", [(1.234, "1.23 s"), (59.994, "59.99 s"), (61.0, "1 min 01.0 s"),
+                                           (125.5, "2 min 05.5 s"),
                                            (3599.0, "59 min 59.0 s"), (3600.0, "1 h 00 min"),
                                            (7322.0, "2 h 02 min"), (-0.5, "-0.50 s")])
 def test_durations_are_said_in_the_unit_that_reads(seconds, text):

@@ -240,10 +240,6 @@ class AttemptAccount:
         """Its last sign of life: the last window or the close, else when training started."""
         return self.last_seen if self.last_seen is not None else self.first_seen
 
-    @property
-    def wall_s(self) -> float:
-        """From the process's start to its last sign of life (0 before any)."""
-        return max(0.0, self.last_seen_or_start() - self.process_start)
 
     @property
     def reached(self) -> int:
