@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 __all__: list[str] = []
 
-_SET_GOODPUT = PerformanceRecord.__dict__["goodput"].__set__  # type: ignore[index]
+_SET_GOODPUT = PerformanceRecord.__dict__["goodput"].__set__
 
 
 class LiveGoodput:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 import os
 import threading
-from dataclasses import replace
 from collections.abc import Callable, Collection
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..base import check_callable, check_int, check_part, check_seconds, check_str

@@ -31,8 +31,8 @@ if _TYPE_CHECKING:
     from ._stragglers import rank_figures as rank_figures
     from ._windows import LiveJudge as LiveJudge
 
-__all__ = ["RunDirSink", "build_report", "read_goodput", "write_report", "REPORT_FORMATS", "run_dir_files", "write_run_dir_files",
-           "RankFigures", "Straggler", "find_stragglers"]
+__all__ = ["RunDirSink", "build_report", "read_goodput", "write_report", "REPORT_FORMATS", "run_dir_files",
+           "write_run_dir_files", "RankFigures", "Straggler", "find_stragglers"]
 
 if not _TYPE_CHECKING:  # mypy reads the imports above, so a misspelt name stays an error
     __getattr__, __dir__ = _lazy_names(__name__, {
@@ -42,7 +42,8 @@ if not _TYPE_CHECKING:  # mypy reads the imports above, so a misspelt name stays
         "RunDirSink": "._sink", "RankFigures": "._stragglers", "Straggler": "._stragglers",
         "find_stragglers": "._stragglers",
         # used by the other parts of trainperf
-        "add_report_command": "._command", "add_goodput_command": "._command", "clock_offset": "._gather", "mean_figures": "._gather",
+        "add_report_command": "._command", "add_goodput_command": "._command", "clock_offset": "._gather",
+        "mean_figures": "._gather",
         "RANK_FILES": "._layout", "rank_dir": "._sink", "RunDirLink": "._spans", "cluster_line": "._stragglers",
         "rank_figures": "._stragglers", "LiveJudge": "._windows",
     })

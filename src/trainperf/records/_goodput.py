@@ -31,6 +31,7 @@ WINDOW_PARTS = ("data_wait", "gc", "eval", "checkpoint_save", "checkpoint_load",
                 "trainperf")
 #: Width of the step histogram's bins: 0.1% of the value (the ideal step is known to about 0.05%).
 _BIN = 1000.0
+_NO_EXTRA: Mapping[str, Any] = {}
 #: A window whose per-iteration step is not positive (everything was waiting) is binned here.
 _ZERO_BIN = -(2**31)
 
@@ -154,7 +155,7 @@ class AttemptAccount:
         missing or not finite and non-negative count as 0."""
         n = iterations
         parts = self.parts
-        get = extra.get if extra else {}.get
+        get = (extra or _NO_EXTRA).get
         compute = _ms(compute_ms) * n
         other = _ms(other_ms) * n
         spans = 0.0
