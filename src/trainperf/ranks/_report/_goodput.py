@@ -5,6 +5,7 @@ windows alone, which cannot say its start-up or restart gaps: that is noted."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from .._ledger import read_ledger
 from ._folders import RankFolders, rank_folders
 from ._read import MAX_LINE_BYTES, num, parse, wall, whole
 
-__all__ = ["read_goodput", "rank_attempts"]
+__all__ = ["read_goodput", "rank_attempts", "report_goodput"]
 
 #: Bytes read at once from a windows file's uncovered part.
 _CHUNK = 1 << 20
@@ -41,6 +42,32 @@ def read_goodput(run_dir: str | os.PathLike[str], folders: RankFolders | None = 
     if not ranks:
         raise ValueError(f"run_dir {str(run_dir)!r}: no rank wrote a window or a goodput.json")
     return account_job(ranks, notes=notes[:50])
+
+
+def report_goodput(run_dir: str | os.PathLike[str], folders: RankFolders) -> dict[str, Any]:
+    """The report's ``goodput`` (the job's :meth:`~trainperf.records.GoodputAccount.to_dict`, ``None``
+    when there is none) and ``goodput_missing`` (why there is none, else ``None``). Never raises for
+    what the run directory holds: a report is still made without its goodput."""
+    try:
+        account = read_goodput(run_dir, folders).to_dict()
+    except ValueError as exc:
+        return {"goodput": None, "goodput_missing": str(exc)}
+    except OSError as exc:
+        return {"goodput": None, "goodput_missing": f"could not read the run directory: {exc.strerror or exc}"}
+    if not _finite(account):  # wall times far apart enough to overflow: a ledger no clock wrote
+        return {"goodput": None, "goodput_missing": "the goodput.json files hold wall times no clock gives "
+                                                    "(their differences are not finite)"}
+    return {"goodput": account, "goodput_missing": None}
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    return True
 
 
 def rank_attempts(folder: Path) -> tuple[list[AttemptAccount], list[str]]:
@@ -129,7 +156,8 @@ def _from_windows(path: Path, start: int, stop: int) -> list[AttemptAccount]:
     for obj in _objects(path, start, stop):
         if not isinstance(obj, dict):
             continue
-        iteration, n, stamp = whole(obj.get("iteration")), whole(obj.get("window_iterations")), wall(obj.get("timestamp"))
+        iteration, n = whole(obj.get("iteration")), whole(obj.get("window_iterations"))
+        stamp = wall(obj.get("timestamp"))
         window_s = num(obj.get("window_s")) or 0.0
         if iteration is None or n is None or n < 1 or stamp is None:
             continue
