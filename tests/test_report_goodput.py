@@ -217,3 +217,17 @@ def test_an_unreadable_account_does_not_stop_the_report(run, tmp_path, monkeypat
     write_report(run, tmp_path / "r.html", "html")
     section = _section((tmp_path / "r.html").read_text())
     assert "Not known: could not read the run directory: disk &lt;gone&gt;" in section
+
+
+def test_a_ledger_of_wall_times_no_clock_gives_leaves_the_report_whole(tmp_path):
+    """Wall times a ledger may hold one by one, but whose difference overflows: no account, and why."""
+    run = tmp_path / "run"
+    restarted_run(run, ranks=1)
+    ledger = json.loads((run / "rank-0" / "goodput.json").read_text())
+    ledger["attempts"][0].update(process_start=-1e308, last_seen=1e308)
+    (run / "rank-0" / "goodput.json").write_text(json.dumps(ledger))
+    write_report(run, tmp_path / "r.json", "json")
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["goodput"] is None
+    assert report["goodput_missing"] == ("the goodput.json files hold wall times no clock gives (their differences "
+                                         "are not finite)")
