@@ -19,7 +19,7 @@ from trainperf.records import (
     live_goodput,
 )
 from trainperf.records._goodput import _ms
-from trainperf.records._goodput_rows import _duration
+from trainperf.records._goodput_rows import duration_words as _duration
 
 
 def window(account: AttemptAccount, iteration: int, n: int = 10, *, compute: float = 10.0, other: float = 0.0,

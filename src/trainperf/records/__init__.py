@@ -27,6 +27,7 @@ from ._goodput_rows import GOODPUT_ROWS as GOODPUT_ROWS
 from ._goodput_rows import GoodputAccount as GoodputAccount
 from ._goodput_rows import account_job as account_job
 from ._goodput_rows import account_rank as account_rank
+from ._goodput_rows import duration_words as duration_words
 from ._goodput_rows import live_goodput as live_goodput
 from ._json import json_line as json_line
 from ._json import record_json as record_json

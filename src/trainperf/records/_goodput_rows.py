@@ -20,7 +20,7 @@ from typing import Any
 
 from ._goodput import WINDOW_PARTS, AttemptAccount, StepHistogram, merged_steps
 
-__all__ = ["GoodputAccount", "GOODPUT_ROWS", "account_rank", "account_job", "live_goodput"]
+__all__ = ["GoodputAccount", "GOODPUT_ROWS", "account_rank", "account_job", "live_goodput", "duration_words"]
 
 #: Each row's key (in JSON) and words, in the order they are shown.
 GOODPUT_ROWS = (
@@ -113,9 +113,10 @@ class GoodputAccount:
         """The account in plain words, one row per line, largest first after the productive one."""
         who = "the job" if self.ranks else ("this run" if self.rank is None else f"rank {self.rank}")
         if self.goodput is None or self.ideal_step_s is None:
-            head = f"goodput of {who}: not known (no window was reported); wall time {_duration(self.wall_s)}"
+            head = (f"goodput of {who}: not known (no window was reported); wall time "
+                    f"{duration_words(self.wall_s)}")
         else:
-            head = (f"goodput of {who}: {100 * self.goodput:.1f}% of {_duration(self.wall_s)} trained the model "
+            head = (f"goodput of {who}: {100 * self.goodput:.1f}% of {duration_words(self.wall_s)} trained the model "
                     f"(ideal step {1000 * self.ideal_step_s:.4g} ms x {self.net_progress:,} iterations of net progress"
                     f"{', ' + str(len(self.attempts)) + ' attempts' if len(self.attempts) > 1 else ''})")
         out = [head]
@@ -129,14 +130,15 @@ class GoodputAccount:
             what = words[key]
             if key == "lost_progress":
                 what = f"lost progress ({self.lost_iterations:,} iterations trained again)"
-            out.append(f"  {100 * self.share(key):5.1f}%  {_duration(seconds):>9}  {what}")
+            out.append(f"  {100 * self.share(key):5.1f}%  {duration_words(seconds):>9}  {what}")
         if len(self.ranks) > 1 and self.rank is not None:
             out.append(f"  the job's wall time is rank {self.rank}'s, its slowest of {len(self.ranks)}")
         out += [f"  note: {note}" for note in self.notes]
         return out
 
 
-def _duration(seconds: float) -> str:
+def duration_words(seconds: float) -> str:
+    """Seconds as the account says them: ``"4.50 s"``, ``"1 min 43.4 s"``, ``"2 h 05 min"``."""
     sign, seconds = ("-" if seconds < 0 else ""), abs(seconds)
     if seconds < 60:
         return f"{sign}{seconds:.2f} s"

@@ -11,7 +11,7 @@ from typing import IO, Any
 from ...base import atomic_write
 from ._analyse import analyse, build_report
 from ._folders import RunParts, rank_folders
-from ._goodput import read_goodput
+from ._goodput import read_goodput, report_goodput
 from ._html import render_html
 from ._json import report_json
 from ._load import load_run
@@ -77,7 +77,7 @@ def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], f
     if not as_folder and target.is_dir() and fmt != "perfetto":
         raise ValueError(f"{out_name} {str(out)!r} is a folder; the {fmt} report is one file: give its name")
     run = load_run(run_dir, folders)
-    report = analyse(run)
+    report = analyse(run, report_goodput(run_dir, folders))
     if say is not None:
         for note in report["notes"]:
             say(note)

@@ -7,14 +7,15 @@ from __future__ import annotations
 import math
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...records import percentile
 from .._layout import SPAN_PHASES
 from .._stragglers import RankFigures, Straggler, cluster_line
 from ._captures import captures_beside_windows
-from ._folders import MAX_RANK
+from ._folders import MAX_RANK, rank_folders
+from ._goodput import report_goodput
 from ._load import Rank, Run, load_run
 from ._named import named_stragglers
 from ._named import steady as _steady
@@ -25,7 +26,8 @@ from ._read import significant
 
 __all__ = ["build_report", "analyse"]
 
-#: Report schema version (``report["schema"]``): 2 gives missing ranks as ranges, and ``notes``.
+#: Report schema version (``report["schema"]``): 2 gives missing ranks as ranges, and ``notes``. Keys
+#: added since (``goodput``, ``goodput_missing``) keep it: a reader of 2 finds every key it knew.
 REPORT_SCHEMA = 2
 #: Slowest windows shown with their spans, and the most spans they may carry together.
 SLOWEST_WINDOWS = 5
@@ -43,7 +45,9 @@ def build_report(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     (each rank's figures over time at the same resolution), ``slowest`` (the slowest windows with
     every rank's spans), ``captures`` (each profiler capture beside the window that triggered it, by
     rank and iteration, with ``captures_total``), ``cluster`` (the one-line summary), ``phases``,
-    ``start`` and ``run_name``.
+    ``start`` and ``run_name``; ``goodput``, the job's time account
+    (:meth:`~trainperf.records.GoodputAccount.to_dict`: rows with seconds and shares, per-rank
+    goodput, attempts), ``None`` when it could not be read, and ``goodput_missing`` saying why.
 
     Args:
         run_dir: a folder of ``rank-<r>`` folders (see ``docs/distributed.md``).
@@ -59,7 +63,8 @@ def build_report(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """
     if not isinstance(run_dir, (str, os.PathLike)):
         raise TypeError(f"run_dir must be the path of a run directory (str or os.PathLike), got {run_dir!r}")
-    return analyse(load_run(run_dir))
+    folders = rank_folders(run_dir)
+    return analyse(load_run(run_dir, folders), report_goodput(run_dir, folders))
 
 
 
@@ -323,11 +328,13 @@ def _in_words(straggler: dict[str, Any], analysed: int) -> str:
     return f"{straggler['evidence']} ({when})"
 
 
-def analyse(run: Run) -> dict[str, Any]:
+def analyse(run: Run, goodput: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The report of a run directory read back (see :func:`build_report`).
 
     Args:
         run: what :func:`trainperf.ranks._report._load.load_run` returned.
+        goodput: what :func:`~trainperf.ranks._report._goodput.report_goodput` returned for the same
+            run directory; without it the report says the account was not read.
     """
     ranks = run.ranks
     starts = [s for s in (_start(r) for r in ranks) if s is not None]
@@ -370,6 +377,7 @@ def analyse(run: Run) -> dict[str, Any]:
         "slowest": slowest,
         "captures": captures,
         "captures_total": captures_total,
+        **(goodput if goodput is not None else {"goodput": None, "goodput_missing": "not read"}),
     }
     report["notes"] = read_notes(report)
     return report

@@ -5,13 +5,15 @@ windows alone, which cannot say its start-up or restart gaps: that is noted."""
 
 from __future__ import annotations
 
+import math
 import os
+from typing import Any
 
 from ...records import AttemptAccount, GoodputAccount, account_job
 from .._ledger import read_attempts
 from ._folders import RankFolders, rank_folders
 
-__all__ = ["read_goodput"]
+__all__ = ["read_goodput", "report_goodput"]
 
 
 def read_goodput(run_dir: str | os.PathLike[str], folders: RankFolders | None = None) -> GoodputAccount:
@@ -33,3 +35,29 @@ def read_goodput(run_dir: str | os.PathLike[str], folders: RankFolders | None = 
     if not ranks:
         raise ValueError(f"run_dir {str(run_dir)!r}: no rank wrote a window or a goodput.json")
     return account_job(ranks, notes=notes[:50])
+
+
+def report_goodput(run_dir: str | os.PathLike[str], folders: RankFolders) -> dict[str, Any]:
+    """The report's ``goodput`` (the job's :meth:`~trainperf.records.GoodputAccount.to_dict`, ``None``
+    when there is none) and ``goodput_missing`` (why there is none, else ``None``). Never raises for
+    what the run directory holds: a report is still made without its goodput."""
+    try:
+        account = read_goodput(run_dir, folders).to_dict()
+    except ValueError as exc:
+        return {"goodput": None, "goodput_missing": str(exc)}
+    except OSError as exc:
+        return {"goodput": None, "goodput_missing": f"could not read the run directory: {exc.strerror or exc}"}
+    if not _finite(account):  # wall times far apart enough to overflow: a ledger no clock wrote
+        return {"goodput": None, "goodput_missing": "the goodput.json files hold wall times no clock gives "
+                                                    "(their differences are not finite)"}
+    return {"goodput": account, "goodput_missing": None}
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    return True

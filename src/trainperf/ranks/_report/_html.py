@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ...records import MFU_ABOVE_PEAK, counted
+from ._goodput_html import GOODPUT_CSS, goodput_section
 from ._notes import figure_words, mfu_words, read_notes, untimed_lines
 from ._page import CSS, SCRIPT
 
@@ -230,12 +231,13 @@ def render_html(report: dict[str, Any]) -> str:
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy"
  content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'">
-<title>{_e(title)}</title><style>{CSS}</style></head>
+<title>{_e(title)}</title><style>{CSS}{GOODPUT_CSS}</style></head>
 <body>
 <h1>{_e(title)}</h1>
 <p>{_e(_counted(report['world_size'], 'rank'))}; {_e(_counted(report['analysed_windows'], 'report window'))}
 compared across ranks.<br>
 <b>{_e(cluster)}</b>{_world_line(report)}</p>
+{goodput_section(report)}
 {_notes(report)}
 <h2>Stragglers</h2>
 <p class=note>With data-parallel training every rank waits for the slowest one in the collectives, so iteration

@@ -63,6 +63,8 @@ def untimed_lines(report: dict[str, Any]) -> list[str]:
 def read_notes(report: dict[str, Any]) -> list[str]:
     """One line per thing the report left out or could not tell apart; none for a clean run."""
     notes = untimed_lines(report)
+    if report.get("goodput_missing"):
+        notes.append(f"goodput not known: {report['goodput_missing']}")
     missing, total = report.get("missing_ranks") or [], report.get("missing_ranks_total") or 0
     if total:
         notes.append(f"{ranges_words(missing, total)} absent ({counted(total, 'rank')} without a folder)")
