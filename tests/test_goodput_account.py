@@ -148,7 +148,8 @@ def test_a_ledger_entry_round_trips_and_keeps_what_the_rows_need():
     ("parts", []), ("parts", {"gc": -1.0}), ("parts", {"gc": True}), ("parts", {"gc": 1e9}),
     ("startup_parts", {"x": "1"}), ("steady", []), ("steady", {"x": 1}), ("steady", {"3": 0}),
     ("steady", {"3": True}), ("steady", {"3": -2}), ("warmup", {"3": 2**62}), ("window_wall_s", math.nan),
-    ("parts", {"gc": 1e10}),
+    ("parts", {"gc": 1e10}), ("process_start", -1.0), ("process_start", 1e11), ("ended", 1e300),
+    ("steady_step_s", 1e12), ("last_seen", -5.0),
 ])
 def test_a_ledger_entry_of_the_wrong_kind_is_refused_naming_the_field(field, value):
     with pytest.raises(ValueError, match=field):

@@ -293,12 +293,20 @@ def _add_named(into: dict[str, float], times_s: Mapping[str, float]) -> None:
             into[name] = into.get(name, 0.0) + seconds
 
 
+#: Wall times are seconds since 1970 below this (the year 5138), and sums of seconds below 1e12 (31,000
+#: years): a ledger's figures beyond them are not a run's, and their differences could overflow.
+_MAX_WALL_S = 1e11
+_MAX_SECONDS = 1e12
+_WALL_TIMES = ("process_start", "started", "last_seen", "ended")
+
+
 def _number(data: Mapping[str, Any], key: str, *, optional: bool = False) -> Any:
     value = data.get(key)
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{key}: not a finite number ({value!r})")
+    limit = _MAX_WALL_S if key in _WALL_TIMES else _MAX_SECONDS
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < limit:
+        raise ValueError(f"{key}: not a time or seconds trainperf writes ({value!r})")
     return float(value)
 
 
