@@ -1,11 +1,13 @@
-"""The Hugging Face ``Trainer`` callback: one iteration per optimizer step, its data wait timed at the
-base ``DataLoader``'s ``next()`` on the training thread, its samples and real tokens counted on the
+"""The Hugging Face ``Trainer`` callback: one iteration per optimizer step, its data wait timed at each
+``next()`` on the epoch's iterator on the training thread, its samples and real tokens counted on the
 host as the loader delivers them.
 
 The Trainer fetches every micro-batch of a step (``get_batch_samples``) before ``on_step_begin``, and
-accelerate's ``DataLoaderShard`` fetches one batch ahead. The callback times the base loader's fetches
-made inside that call, counts each fetched batch's samples and tokens in fetch order, and gives a step
-the batches it trained on: as many as ``get_batch_samples`` returned, oldest first. A rank's wait in
+accelerate's ``DataLoaderShard`` fetches one batch ahead, moves each batch and keeps its state around
+the base loader's fetch. The callback times each ``next()`` that call makes on the epoch's iterator
+whole (the loop waits for all of it), counts each batch's samples and tokens, and gives a step the
+batches it trained on: as many as ``get_batch_samples`` returned, oldest first (without the Trainer
+found, the base loader's fetches are timed instead). A rank's wait in
 the Trainer's own collectives on the training thread (its count of tokens across ranks inside that
 call, the gather of the loss when it logs, ...) is collective wait, between steps or inside one. The
 iteration's step begins at ``on_step_begin`` and ends where the optimizer step ends (torch's
@@ -14,7 +16,7 @@ does the arithmetic. Evaluation, logging and saving between steps are ``other`` 
 checkpoints are also reported on their own, ``eval_ms`` and ``checkpoint_ms``); an evaluation's
 fetches are not data wait. A training resumed with ``resume_from_checkpoint=`` counts its iterations
 on from the checkpoint's ``global_step``, and its loads (before ``on_train_begin``) are
-``checkpoint_load``, a part of the first window's named times. The figures reach the Trainer's own
+``checkpoint_load``, a part of the job's start-up in its goodput account. The figures reach the Trainer's own
 logs (so TensorBoard, W&B and the rest get them at the Trainer's step): the callback moves itself
 ahead of the reporting callbacks, which would otherwise run before it. Each record is also a dict of
 its own in the Trainer's ``state.log_history``, at its step. However ``train()`` ends, the training's
@@ -90,6 +92,7 @@ class PerformanceCallback(TrainerCallback):
         self._fetched: collections.deque[tuple[int | None, TokenCounts, tuple[int, int] | None]] = collections.deque()
         self._etl = 0.0  # data wait fetched, not yet handed to the accountant
         self.in_step_fetch = False  # inside the Trainer's get_batch_samples
+        self.whole_fetch = False  # inside one of its fetches from the epoch's iterator, timed whole
         self._batches: int | None = None  # what get_batch_samples gave the current step
         self._micro = 0  # micro-batches seen by the step events (without the Trainer)
         self._observing = False
@@ -165,8 +168,12 @@ class PerformanceCallback(TrainerCallback):
         self.listener.about_to_wait()
 
     def on_fetch(self, started: float, ended: float, batch: Any) -> None:
-        if self._trainer is not None and not self.in_step_fetch:
-            return  # an evaluation's fetch, or one outside the steps: not the training's data wait
+        if (self._trainer is not None and not self.in_step_fetch) or self.whole_fetch:
+            return  # an evaluation's fetch, or one outside the steps; or one inside a step's fetch timed whole
+        self.fetched(started, ended, batch)
+
+    def fetched(self, started: float, ended: float, batch: Any) -> None:
+        """The step's fetch of ``batch`` (``None``: the epoch ended) from ``started`` to ``ended``."""
         self._etl += fetch_wait(self.listener.gc_pauses, started, ended)  # its collections count as GC
         if batch is not None:
             self._fetched.append((batch_size(batch), self._count_tokens(batch), batch_shape(batch)))

@@ -69,7 +69,10 @@ class Trainee(Protocol):
 
     clock: Callable[[], float]
     in_step_fetch: bool
+    whole_fetch: bool
     listener: PerformanceListener
+
+    def fetched(self, started: float, ended: float, batch: Any) -> None: ...
 
     def took(self, batches: int) -> None: ...
     def waited(self, seconds: float) -> None: ...
@@ -164,6 +167,33 @@ def _tell(trainer: Any, error: BaseException | None) -> None:
             # exception is the one the user must get
 
 
+class WholeFetches:
+    """The epoch's iterator as the Trainer's ``get_batch_samples`` takes each batch from it: each ``next``
+    is timed whole (accelerate's loader moves the batch, keeps its state and fetches the next one ahead
+    around the base loader's fetch: the loop waits for all of it) and handed to the callback with the
+    batch it gave, the very one the step trains on."""
+
+    __slots__ = ("inner", "callback")
+
+    def __init__(self, inner: Any, callback: Trainee) -> None:
+        self.inner, self.callback = inner, callback
+
+    def __iter__(self) -> WholeFetches:
+        return self
+
+    def __next__(self) -> Any:
+        callback = self.callback
+        callback.whole_fetch = True
+        batch = None
+        started = callback.clock()
+        try:
+            batch = next(self.inner)
+            return batch
+        finally:
+            callback.whole_fetch = False
+            callback.fetched(started, callback.clock(), batch)
+
+
 def wrap_steps(trainer: Any, callback: Trainee, wrappers: Teardown) -> None:
     """Wrap what one training run needs (see the module's docstring), undone by ``wrappers.undo()``."""
     clock = callback.clock
@@ -174,7 +204,7 @@ def wrap_steps(trainer: Any, callback: Trainee, wrappers: Teardown) -> None:
         def get_batch_samples(epoch_iterator: Any, num_batches: int, device: Any) -> Any:
             callback.in_step_fetch = True
             try:
-                batches, items = original(epoch_iterator, num_batches, device)
+                batches, items = original(WholeFetches(epoch_iterator, callback), num_batches, device)
             finally:
                 callback.in_step_fetch = False
             callback.took(len(batches))
