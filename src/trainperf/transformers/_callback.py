@@ -5,9 +5,9 @@ host as the loader delivers them.
 The Trainer fetches every micro-batch of a step (``get_batch_samples``) before ``on_step_begin``, and
 accelerate's ``DataLoaderShard`` fetches one batch ahead, moves each batch and keeps its state around
 the base loader's fetch. The callback times each ``next()`` that call makes on the epoch's iterator
-whole (the loop waits for all of it), counts each batch's samples and tokens, and gives a step the
-batches it trained on: as many as ``get_batch_samples`` returned, oldest first (without the Trainer
-found, the base loader's fetches are timed instead). A rank's wait in
+whole (the loop waits for all of it; without the Trainer found, the base loader's fetches), counts
+each batch's samples and tokens as the base loader gives it (on the host), and gives a step the
+batches it trained on: as many as ``get_batch_samples`` returned, oldest first. A rank's wait in
 the Trainer's own collectives on the training thread (its count of tokens across ranks inside that
 call, the gather of the loss when it logs, ...) is collective wait, between steps or inside one. The
 iteration's step begins at ``on_step_begin`` and ends where the optimizer step ends (torch's
@@ -168,15 +168,16 @@ class PerformanceCallback(TrainerCallback):
         self.listener.about_to_wait()
 
     def on_fetch(self, started: float, ended: float, batch: Any) -> None:
-        if (self._trainer is not None and not self.in_step_fetch) or self.whole_fetch:
-            return  # an evaluation's fetch, or one outside the steps; or one inside a step's fetch timed whole
-        self.fetched(started, ended, batch)
-
-    def fetched(self, started: float, ended: float, batch: Any) -> None:
-        """The step's fetch of ``batch`` (``None``: the epoch ended) from ``started`` to ``ended``."""
-        self._etl += fetch_wait(self.listener.gc_pauses, started, ended)  # its collections count as GC
-        if batch is not None:
+        if self._trainer is not None and not self.in_step_fetch:
+            return  # an evaluation's fetch, or one outside the steps: not the training's data wait
+        if not self.whole_fetch:  # inside a fetch from the epoch's iterator, that one is timed whole
+            self.fetched(started, ended)
+        if batch is not None:  # counted on the host, as the base loader gives it (no device sync)
             self._fetched.append((batch_size(batch), self._count_tokens(batch), batch_shape(batch)))
+
+    def fetched(self, started: float, ended: float) -> None:
+        """The step waited for data from ``started`` to ``ended`` (a fetch, or the epoch's end)."""
+        self._etl += fetch_wait(self.listener.gc_pauses, started, ended)  # its collections count as GC
 
     def on_loader(self, loader: Any, iterator: Any) -> None:
         if self._trainer is None or self.in_step_fetch:  # the training loader (accelerate starts it lazily)

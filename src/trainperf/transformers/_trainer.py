@@ -72,7 +72,7 @@ class Trainee(Protocol):
     whole_fetch: bool
     listener: PerformanceListener
 
-    def fetched(self, started: float, ended: float, batch: Any) -> None: ...
+    def fetched(self, started: float, ended: float) -> None: ...
 
     def took(self, batches: int) -> None: ...
     def waited(self, seconds: float) -> None: ...
@@ -170,8 +170,8 @@ def _tell(trainer: Any, error: BaseException | None) -> None:
 class WholeFetches:
     """The epoch's iterator as the Trainer's ``get_batch_samples`` takes each batch from it: each ``next``
     is timed whole (accelerate's loader moves the batch, keeps its state and fetches the next one ahead
-    around the base loader's fetch: the loop waits for all of it) and handed to the callback with the
-    batch it gave, the very one the step trains on."""
+    around the base loader's fetch: the loop waits for all of it) and handed to the callback as data
+    wait; the batches are counted where the base loader gives them, on the host."""
 
     __slots__ = ("inner", "callback")
 
@@ -184,14 +184,12 @@ class WholeFetches:
     def __next__(self) -> Any:
         callback = self.callback
         callback.whole_fetch = True
-        batch = None
         started = callback.clock()
         try:
-            batch = next(self.inner)
-            return batch
+            return next(self.inner)
         finally:
             callback.whole_fetch = False
-            callback.fetched(started, callback.clock(), batch)
+            callback.fetched(started, callback.clock())
 
 
 def wrap_steps(trainer: Any, callback: Trainee, wrappers: Teardown) -> None:
