@@ -291,3 +291,25 @@ def test_trainperf_goodput_says_the_account_on_one_screen_and_as_json(monkeypatc
     assert data == json.loads(json.dumps(read_goodput(tmp_path).to_dict()))
     assert main(["goodput", str(tmp_path / "missing")]) == 2
     assert "run_dir" in capsys.readouterr().err
+
+
+def test_every_sink_sees_the_record_s_goodput_set_and_the_history_within_a_few_reports(monkeypatch, clock):
+    """The account counts records a few at a time: by the writer thread before its sinks write them, or by
+    the training thread once 16 wait; a flush counts the rest."""
+    from trainperf.core._goodput_live import CATCH_UP_AT
+
+    job = Job(monkeypatch, clock, None)
+    seen: list[float | None] = []
+    for sinks in ([], [lambda record: seen.append(record.goodput)]):
+        job.process_start = clock.now
+        listener = PerformanceListener(1, sinks=sinks, clock=clock, wall_clock=job.wall, history=None)
+        listener.start()
+        for i in range(100):
+            clock.advance(STEP_S)
+            listener.record_iteration()
+            uncounted = [r for r in listener.history.records[1:] if r.goodput is None]
+            assert len(uncounted) < CATCH_UP_AT, i
+        listener.flush()
+        assert all(r.goodput is not None for r in listener.history.records[1:])
+        listener.close()
+    assert len(seen) == 100 and seen[0] is None and all(g == pytest.approx(1.0, rel=2e-3) for g in seen[1:])

@@ -86,6 +86,9 @@ class Emitter:
         self._checked: list[Sink] = []
         self._some_on_training_thread = False
         self._some_on_writer = False
+        #: called before any sink is handed records, on the thread that hands them (the job's account,
+        #: which sets each record's goodput); and by :meth:`flush`
+        self.before: Callable[[], object] | None = None
         self._start_state()
         _live.add(self)
 
@@ -114,6 +117,8 @@ class Emitter:
     def deliver(self, record: PerformanceRecord) -> None:
         """Hand ``record`` to the sinks: at once when inline, else queue it for the writer thread."""
         if self.inline:
+            if self.before is not None:
+                self.before()
             self._fanout(record)
             return
         sinks = self._fanout.sinks
@@ -124,6 +129,8 @@ class Emitter:
             here = [on_training_thread(sink) for sink in sinks]
             self._some_on_training_thread, self._some_on_writer = any(here), not all(here)
         if self._some_on_training_thread:
+            if self.before is not None:
+                self.before()
             for failure in self._fanout.deliver(record, training_thread=True):
                 self._say(failure)
         if self._some_on_writer:  # sinks that all run here (memory sinks) need no writer thread
@@ -199,6 +206,8 @@ class Emitter:
 
     def _write_records(self, records: list[PerformanceRecord]) -> None:
         try:
+            if self.before is not None:
+                self.before()
             failures = self._fanout.deliver_many(records)
         except Exception as exc:  # noqa: BLE001 - the writer never dies
             failures = [f"trainperf: writing records failed: {describe(exc)}"]
@@ -224,6 +233,8 @@ class Emitter:
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every queued record reached every sink, at most ``timeout_s`` (default
         :data:`FLUSH_TIMEOUT_S`); whether it did. A sink still busy then is said in a warning."""
+        if self.before is not None:
+            self.before()
         if self.inline or self._thread is None:
             return True
         if timeout_s is None:

@@ -4,6 +4,8 @@ gets the rows (see :mod:`trainperf.records._goodput_rows`)."""
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -16,6 +18,9 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 _SET_GOODPUT = PerformanceRecord.__dict__["goodput"].__set__
+#: Records waiting to be counted, past which the training thread counts them itself (a writer thread
+#: that keeps up counts each batch before its sinks write it).
+CATCH_UP_AT = 16
 
 
 class LiveGoodput:
@@ -28,7 +33,8 @@ class LiveGoodput:
         sink: the run directory's sink, whose ledger holds the earlier attempts and this process's start.
     """
 
-    __slots__ = ("attempt", "prior", "steps", "_rank", "_sink", "_wall_clock", "start_known", "_first", "_read")
+    __slots__ = ("attempt", "prior", "steps", "_rank", "_sink", "_wall_clock", "start_known", "_first", "_read",
+                 "_pending", "_lock")
 
     def __init__(self, wall_clock: Callable[[], float], pid: int, rank: Callable[[], int | None],
                  sink: RunDirSink | None) -> None:
@@ -47,6 +53,8 @@ class LiveGoodput:
         self._sink = sink
         self._wall_clock = wall_clock
         self._read = False
+        self._pending: deque[PerformanceRecord] = deque()  # records not counted yet
+        self._lock = threading.Lock()  # one thread counts at a time, in the records' order
 
     def _read_prior(self) -> None:
         """The earlier attempts of the run directory's folder, read once training starts (or at the
@@ -73,20 +81,40 @@ class LiveGoodput:
             self._sink.attempt_started(wall, iteration, startup)
 
     def add(self, record: PerformanceRecord) -> None:
-        """Count the record's window and set its ``goodput``: the job's so far."""
+        """A window's record, to be counted (and its ``goodput`` set) before any sink sees it: by the
+        writer thread as it takes the record, or here once a few are waiting. Counted a few at a time,
+        the account costs the training thread a fraction of what one record at a time would."""
+        pending = self._pending
+        pending.append(record)
+        if len(pending) >= CATCH_UP_AT and self._lock.acquire(blocking=False):  # else the writer counts them
+            try:
+                self._count()
+            finally:
+                self._lock.release()
+
+    def catch_up(self) -> None:
+        """Count every record not counted yet (the writer thread, before it hands records to the sinks;
+        the summary; the close)."""
+        if self._pending:
+            with self._lock:
+                self._count()
+
+    def _count(self) -> None:
         if not self._read:
             self._read_prior()
-        attempt = self.attempt
-        steady = attempt.steady.total
-        attempt.add_record(record)
-        if self.steps is not attempt.steady and attempt.steady.total > steady:  # a steady window's step
-            self.steps.add(attempt.last_step)
-        first = self._first
-        _SET_GOODPUT(record, live_goodput(self.steps, first.process_start, first.start_iteration, record.iteration,
-                                          record.timestamp))
+        pending, attempt, first = self._pending, self.attempt, self._first
+        while pending:
+            record = pending.popleft()
+            steady = attempt.steady.total
+            attempt.add_record(record)
+            if self.steps is not attempt.steady and attempt.steady.total > steady:  # a steady window's step
+                self.steps.add(attempt.last_step)
+            _SET_GOODPUT(record, live_goodput(self.steps, first.process_start, first.start_iteration,
+                                              record.iteration, record.timestamp))
 
     def close(self, tail: dict[str, float]) -> None:
         """The attempt ends now; ``tail`` holds the spans after its last iteration."""
+        self.catch_up()
         self.attempt.add_tail(tail)
         self.attempt.close(float(self._wall_clock()))
         if self._sink is not None:
@@ -94,9 +122,11 @@ class LiveGoodput:
 
     def account(self) -> GoodputAccount:
         """The rows of this rank's attempts so far (the earlier ones as the run directory holds them)."""
+        self.catch_up()
         if not self._read:
             self._read_prior()
-        attempt = self.attempt.copy()
+        with self._lock:
+            attempt = self.attempt.copy()
         if attempt.ended is None:
             attempt.last_seen = max(attempt.last_seen_or_start(), float(self._wall_clock()))
         notes = () if self.start_known else ("the operating system did not say when this process started: "

@@ -376,15 +376,15 @@ class ListenerSetup:
 
     def _open_run_dir(self, run_dir: Any, clock: Callable[[], float], wall_clock: Callable[[], float]) -> None:
         """The run directory (``None`` for none) and the job's time account, closed with the listener."""
-        self._run_dir = None
+        self._run_dir = sink = None
         if run_dir is not None:  # a listener without one loads none of the multi-rank package
             from ..ranks import RunDirLink
 
             self._run_dir = RunDirLink.open(run_dir, self.rank, clock, wall_clock)
-        if self._run_dir is not None:
-            self._emitter.sinks.append(self._run_dir.sink)
-        sink = self._run_dir.sink if self._run_dir is not None else None
+            sink = self._run_dir.sink if self._run_dir is not None else None
+            self._emitter.sinks.extend([sink] if sink is not None else [])
         self._goodput = self._publisher.goodput = LiveGoodput(wall_clock, os.getpid(), lambda: self.rank, sink)
+        self._emitter.before = self._goodput.catch_up  # each record's goodput is set before a sink sees it
         self._on_close.append(lambda: self._goodput.close(self._open.take_named()))
 
     def _reset_window(self, now: float, *, first: bool) -> None:
