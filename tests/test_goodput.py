@@ -45,7 +45,7 @@ class Job:
         clock.advance(STARTUP_S - 0.5)  # imports, the model (or, in the same process, its own work)
         listener = PerformanceListener(10, sinks=[], clock=clock, wall_clock=self.wall, rank=0 if rank_later else rank,
                                        run_dir=self.run_dir, sink_thread=False)
-        listener.pid = self.pid
+        listener.pid = listener._publisher.pid = self.pid  # another process: its records say so
         clock.advance(0.5)
         if rank_later:  # an adapter finds the process group before training starts
             listener.set_rank(rank)
@@ -313,3 +313,36 @@ def test_every_sink_sees_the_record_s_goodput_set_and_the_history_within_a_few_r
         assert all(r.goodput is not None for r in listener.history.records[1:])
         listener.close()
     assert len(seen) == 100 and seen[0] is None and all(g == pytest.approx(1.0, rel=2e-3) for g in seen[1:])
+
+
+def test_hostile_lines_past_the_ledger_are_skipped_and_the_rest_counted(monkeypatch, clock, tmp_path):
+    job = Job(monkeypatch, clock, tmp_path)
+    job.attempt(0, 250, killed=True)
+    windows = tmp_path / "rank-0" / "windows.jsonl"
+    before = read_goodput(tmp_path)
+    with open(windows, "a") as f:
+        for line in ("[" * 100_000 + "]" * 100_000, '{"iteration": ' + "9" * 309 + ', "window_iterations": 2}',
+                     json.dumps({"iteration": 260, "window_iterations": 10, "window_s": 10**309}),
+                     json.dumps({"iteration": 270, "window_iterations": 10, "window_s": 0.1, "compute_ms": 10**400,
+                                 "extra": {"eval_ms": "x", "wait_ms": 10**400}, "timestamp": 10**400}),
+                     "7", "not json", '{"iteration": 280, "window_iterations": 0}'):
+            f.write(line + "\n")
+        f.write('{"iteration": 290, "window_')  # cut
+    after = read_goodput(tmp_path)
+    assert after.last_iteration == 270  # the one window of those that is a window's, its bad figures none
+    assert after.rows["eval"] == before.rows["eval"] and math.isfinite(after.wall_s)
+    assert sum(after.rows.values()) == pytest.approx(after.wall_s)
+    (tmp_path / "rank-0" / "goodput.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert read_goodput(tmp_path).notes  # read from the windows alone, and said
+
+
+def test_the_report_reads_a_resumed_attempt_s_windows_and_spans_as_the_newest_run(monkeypatch, clock, tmp_path):
+    from trainperf import build_report
+
+    job = Job(monkeypatch, clock, tmp_path)
+    job.attempt(0, 250, killed=True)
+    job.gap()
+    job.attempt(200, 300, killed=False)
+    rank = build_report(tmp_path)["ranks"][0]
+    assert rank["skipped"]["windows"] == 0 and rank["skipped"]["timeline"] == 0
+    assert rank["attempts"] == [{"first": 10, "last": 250, "windows": 25}, {"first": 210, "last": 300, "windows": 10}]

@@ -122,7 +122,7 @@ def read_entries(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         raw = json.loads(path.read_bytes())
     except FileNotFoundError:
         return [], []
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         return [], [f"{path.name}: not read ({type(exc).__name__})"]
     attempts = raw.get("attempts") if isinstance(raw, dict) else None
     if not isinstance(attempts, list):
@@ -221,7 +221,7 @@ def _objects(path: Path, start: int, stop: int) -> Iterator[Any]:
                 if line.strip() and len(line) <= _CHUNK:
                     try:
                         yield json.loads(line)
-                    except ValueError:
+                    except (ValueError, RecursionError):  # not JSON, or nested deeper than it reads
                         continue
 
 
@@ -232,7 +232,10 @@ def _whole(value: Any) -> int | None:
 def _finite(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return None
     return value if math.isfinite(value) and abs(value) < 1e15 else None
 
 

@@ -186,18 +186,21 @@ def _appenders(columns: dict[str, array[float]]) -> tuple[list[tuple[str, Any]],
 
 def _read_windows(
     path: Path, unreadable: Unreadable, limit: int = MAX_WINDOWS,
-) -> tuple[dict[str, array[float]], int, list[tuple[int, int, int]], int]:
+) -> tuple[dict[str, array[float]], int, list[tuple[int, int, int]], int, set[int]]:
     """The windows of the last run that wrote into the file, the lines skipped, every run's ``(first,
-    last, windows)`` (a rank restarted into its folder starts again at a lower iteration), and the
-    stride the windows were kept at: past ``limit`` windows, every other one is dropped and the
-    stride doubles, so memory stays bounded and the whole run is still covered."""
+    last, windows)`` (a rank restarted into its folder starts again at a lower iteration: from 1, or
+    from its checkpoint's with another process id), the stride the windows were kept at (past ``limit``
+    windows, every other one is dropped and the stride doubles, so memory stays bounded and the whole
+    run is still covered), and the first iteration of each run (where its spans start again)."""
     columns = {name: array("d") for name in WINDOW_FIELDS}
     plain, extras = _appenders(columns)
     skipped = 0
     attempts: list[tuple[int, int, int]] = []
+    starts: set[int] = set()
     last = -math.inf
     first = count = 0
     stride = 1
+    pid: object = None  # the process of the last window read
     for line in lines(path, unreadable):
         try:
             obj = parse(line) if line is not None else None
@@ -211,10 +214,14 @@ def _read_windows(
                 or not isinstance(n, int) or n < 1 or iteration > 2**62 or n > 2**62):
             skipped += 1
             continue
-        restarted = iteration < last and iteration - n + 1 == 1  # a new process counts from 1 again
+        # a new process counts from 1 again, or (resumed from a checkpoint) from its checkpoint's iteration
+        process = obj.get("pid")
+        another = isinstance(process, int) and isinstance(pid, int) and process != pid
+        restarted = iteration < last and (iteration - n + 1 == 1 or another)
         if iteration <= last and not restarted:  # a line out of order: not a run's
             skipped += 1
             continue
+        pid = process
         if restarted:  # a new run in the same folder: the windows read are the newest run's
             attempts.append((first, int(last), count))
             columns = {name: array("d") for name in WINDOW_FIELDS}
@@ -222,6 +229,7 @@ def _read_windows(
             count, stride = 0, 1
         if not count:
             first = iteration
+            starts.add(iteration - n + 1)
         last = iteration
         count += 1
         if (count - 1) % stride:
@@ -246,14 +254,15 @@ def _read_windows(
             stride *= 2
     if count:
         attempts.append((first, int(last), count))
-    return columns, skipped, attempts, stride
+    return columns, skipped, attempts, stride, starts
 
 
 def _read_spans(
-    path: Path, unreadable: Unreadable, limit: int = MAX_SPANS,
+    path: Path, unreadable: Unreadable, limit: int = MAX_SPANS, starts: frozenset[int] | set[int] = frozenset({1}),
 ) -> tuple[array[int], array[int], array[float], array[float], int, int]:
     """The spans of the last run that wrote into the file (see :func:`_read_windows`), at most ``limit``
-    of them (the first), the lines skipped, and how many spans beyond the limit were not read."""
+    of them (the first), the lines skipped, and how many spans beyond the limit were not read. A run
+    starts again at one of ``starts`` (1, or where a resumed run's windows began)."""
     phases = {name: k for k, name in enumerate(SPAN_PHASES)}
     iters, kinds, ts, ds = array("q"), array("b"), array("d"), array("d")
     skipped = not_read = 0
@@ -272,10 +281,10 @@ def _read_spans(
             continue
         duration = num(d)
         if (isinstance(i, bool) or not isinstance(i, int) or i < 0 or wall(t) is None or duration is None
-                or not 0.0 <= duration < MAX_SPAN_S or i > 2**62 or (i < last and i != 1)):
+                or not 0.0 <= duration < MAX_SPAN_S or i > 2**62 or (i < last and i != 1 and i not in starts)):
             skipped += 1
             continue
-        if i < last:  # back to iteration 1: a new run in the same folder (a new process counts from 1)
+        if i < last:  # back to where a run starts: a new run in the same folder
             iters, kinds, ts, ds = array("q"), array("b"), array("d"), array("d")
             not_read = 0
         last = i
@@ -321,8 +330,9 @@ def read_rank(path: Path, rank: int, *, max_windows: int = MAX_WINDOWS, max_span
     :func:`_read_windows`), ``max_spans`` spans, ``max_captures`` profiler captures and the silent
     events of ``max_silent`` ranks."""
     unreadable = Unreadable()
-    windows, skipped_windows, attempts, stride = _read_windows(path / WINDOWS, unreadable, max_windows)
-    iters, kinds, ts, ds, skipped_timeline, spans_not_read = _read_spans(path / SPANS, unreadable, max_spans)
+    windows, skipped_windows, attempts, stride, starts = _read_windows(path / WINDOWS, unreadable, max_windows)
+    iters, kinds, ts, ds, skipped_timeline, spans_not_read = _read_spans(path / SPANS, unreadable, max_spans,
+                                                                         starts | {1})
     clock, skipped_clock = _read_clock(path / CLOCK, unreadable)
     events, skipped_events, captures_total = read_events(path / EVENTS, unreadable, max_captures, max_silent)
     skipped = {"windows": skipped_windows, "timeline": skipped_timeline, "clock": skipped_clock,
