@@ -8,6 +8,10 @@ import pytest
 
 #: The modules of the ``test`` extra that tests skip without. In CI (``TRAINPERF_REQUIRE_TEST_DEPS=1``,
 #: set by ``.ci/run``) a missing one is an error: a test that skips there is a test that never runs.
+#: The goodput jobs' scripts run as child processes of tests/test_goodput_jobs.py, never imported by a test
+#: run (their module-level code reads the job's environment).
+collect_ignore = ["goodput_jobs"]
+
 TEST_MODULES = ("torch", "pytorch_lightning", "lightning", "hypothesis", "pandas", "matplotlib", "perfetto",
                 "psutil", "tensorboard", "tqdm", "pynvml")
 
