@@ -312,8 +312,8 @@ def test_rows_below_half_a_permille_of_the_wall_time_are_left_out_of_the_words_b
     rows.update(productive=50.0, startup=49.9, gc=0.06, eval=0.04)
     account = GoodputAccount(100.0, rows, 0.5, 0.01, 5000, 0, 0, 5000, ())
     lines = account.lines()
-    assert lines[1] == "   50.0%    50.00 s  productive steps (ideal step x net progress)"
-    assert lines[2] == "   49.9%    49.90 s  start-up (process start to training)"
+    assert lines[1] == "   50.0%        50.00 s  productive steps (ideal step x net progress)"
+    assert lines[2] == "   49.9%        49.90 s  start-up (process start to training)"
     assert any("garbage collection" in line for line in lines) and not any("evaluation" in line for line in lines)
     assert {r["row"]: r["seconds"] for r in account.to_dict()["rows"]}["eval"] == 0.04
 

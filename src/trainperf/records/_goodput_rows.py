@@ -130,7 +130,7 @@ class GoodputAccount:
             what = words[key]
             if key == "lost_progress":
                 what = f"lost progress ({self.lost_iterations:,} iterations trained again)"
-            out.append(f"  {100 * self.share(key):5.1f}%  {duration_words(seconds):>9}  {what}")
+            out.append(f"  {100 * self.share(key):5.1f}%  {duration_words(seconds):>13}  {what}")
         if len(self.ranks) > 1 and self.rank is not None:
             out.append(f"  the job's wall time is rank {self.rank}'s, its slowest of {len(self.ranks)}")
         out += [f"  note: {note}" for note in self.notes]
