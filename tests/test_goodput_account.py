@@ -200,7 +200,7 @@ def test_a_restart_that_resumes_past_where_the_last_one_stopped_loses_nothing():
 
 def test_another_process_that_starts_within_a_second_of_the_first_is_a_restart_not_the_same_process():
     quick = attempt(0.0, 0.1, 0, 10, last_seen=0.6, ended=False)
-    for pid, start in ((2, 0.8), (1, 1.0)):  # another pid; or the same pid (a container's) a second later
+    for pid, start in ((2, 0.8), (0, 0.8), (1, 1.0)):  # other pids; or the same (a container's) a second later
         again = attempt(start, start + 0.1, 0, 10, last_seen=start + 0.5, pid=pid)
         account = account_rank([quick, again])
         assert account.rows["restart_gaps"] == pytest.approx(start - 0.6), pid
@@ -318,7 +318,8 @@ def test_rows_below_half_a_permille_of_the_wall_time_are_left_out_of_the_words_b
     assert {r["row"]: r["seconds"] for r in account.to_dict()["rows"]}["eval"] == 0.04
 
 
-@pytest.mark.parametrize("seconds, text", [(1.234, "1.23 s"), (59.994, "59.99 s"), (61.0, "1 min 01.0 s"),
+@pytest.mark.parametrize("seconds, text", [(0.0, "0.00 s"), (1.234, "1.23 s"), (59.994, "59.99 s"),
+                                           (60.0, "1 min 00.0 s"), (61.0, "1 min 01.0 s"),
                                            (125.5, "2 min 05.5 s"),
                                            (3599.0, "59 min 59.0 s"), (3600.0, "1 h 00 min"),
                                            (7322.0, "2 h 02 min"), (-0.5, "-0.50 s")])
@@ -333,6 +334,8 @@ def test_the_live_goodput_is_none_until_a_steady_window_and_on_no_time():
     assert live_goodput(steps, 0.0, 0, 100, 2.0) == pytest.approx(0.5, rel=1e-3)
     assert live_goodput(steps, 0.0, 100, 50, 2.0) == 0.0  # behind where the job started: no progress
     assert live_goodput(steps, 5.0, 0, 100, 5.0) is None and live_goodput(steps, 5.0, 0, 100, math.nan) is None
+    assert live_goodput(steps, 5.0, 0, 100, 4.0) is None  # a clock that went back
+    assert live_goodput(steps, 0.0, 10, 100, 2.0) == pytest.approx(0.45, rel=1e-3)
 
 
 def test_a_last_attempt_that_stops_short_of_an_earlier_one_leaves_the_progress_where_it_stopped():
@@ -340,3 +343,23 @@ def test_a_last_attempt_that_stops_short_of_an_earlier_one_leaves_the_progress_w
                             attempt(9.0, 10.0, 200, 220, last_seen=11.0, pid=2)])
     assert (account.net_progress, account.lost_iterations, account.last_iteration) == (220, 50, 220)
     assert sum(account.rows.values()) == pytest.approx(account.wall_s)
+
+
+def test_the_headline_says_the_goodput_the_wall_time_the_ideal_step_and_the_progress():
+    account = account_rank([attempt(0.0, 1.0, 0, 100, last_seen=3.0, step_ms=10.0)])
+    assert account.lines()[0] == (f"goodput of this run: {100 * account.goodput:.1f}% of 3.00 s trained the model "
+                                  f"(ideal step {1000 * account.ideal_step_s:.4g} ms x 100 iterations of net progress)")
+    assert account.lines()[0].startswith("goodput of this run: 33.3% of 3.00 s") and "9.997 ms" in account.lines()[0]
+    single = account_job({5: [attempt(0.0, 1.0, 0, 100, last_seen=3.0)]})
+    assert not any("slowest" in line for line in single.lines()) and single.rank == 5
+
+
+def test_a_resumed_rank_s_last_iteration_and_a_rank_that_made_no_progress():
+    resumed = account_rank([attempt(0.0, 0.1, 200, 300, last_seen=0.5, step_ms=4.0)])  # windows end at 0.5 s
+    assert (resumed.first_iteration, resumed.last_iteration, resumed.net_progress) == (200, 300, 100)
+    assert resumed.wall_s == pytest.approx(0.5)
+    assert resumed.goodput is not None and resumed.goodput == pytest.approx(resumed.rows["productive"] / 0.5)
+    idle = AttemptAccount(0.0, started=1.0, start_iteration=40)
+    idle.close(2.0)
+    account = account_rank([idle])
+    assert (account.net_progress, account.lost_iterations, account.last_iteration) == (0, 0, 40)
