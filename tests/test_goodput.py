@@ -346,3 +346,58 @@ def test_the_report_reads_a_resumed_attempt_s_windows_and_spans_as_the_newest_ru
     rank = build_report(tmp_path)["ranks"][0]
     assert rank["skipped"]["windows"] == 0 and rank["skipped"]["timeline"] == 0
     assert rank["attempts"] == [{"first": 10, "last": 250, "windows": 25}, {"first": 210, "last": 300, "windows": 10}]
+
+
+def test_the_reader_counts_a_killed_attempt_s_last_windows_as_steady_and_says_nothing_of_a_clean_run(monkeypatch,
+                                                                                                   clock, tmp_path):
+    from trainperf.ranks._ledger import read_attempts
+
+    job = Job(monkeypatch, clock, tmp_path / "killed")
+    job.attempt(0, 250, killed=True)
+    attempts, notes = read_attempts(tmp_path / "killed" / "rank-0")
+    assert (attempts[0].warmup_iterations, attempts[0].steady_iterations, attempts[0].last_iteration) == (10, 240, 250)
+    assert len(notes) == 1
+    job.run_dir = tmp_path / "clean"
+    job.attempt(0, 100, killed=False)
+    assert read_attempts(tmp_path / "clean" / "rank-0")[1] == [] and read_goodput(tmp_path / "clean").notes == ()
+
+
+def test_ledger_entries_are_numbered_and_counted_as_the_file_holds_them(monkeypatch, clock, tmp_path):
+    job = Job(monkeypatch, clock, tmp_path)
+    job.attempt(0, 100, killed=False)
+    path = tmp_path / "rank-0" / "goodput.json"
+    good = json.loads(path.read_text())["attempts"][0]
+    empty = dict(good, process_start=good["process_start"] - 50.0, windows_from=None, windows_to=None, windows=0)
+    path.write_text(json.dumps({"attempts": [7, "x", empty, dict(good, pid="one"), good]}))
+    account = read_goodput(tmp_path)
+    assert len(account.attempts) == 2
+    assert "rank 0: goodput.json: 2 entries are not objects" in account.notes
+    assert any(note.startswith("rank 0: goodput.json: attempt 2 left out (pid") for note in account.notes)
+
+
+def test_windows_with_no_iterations_or_a_negative_time_are_no_window_s(monkeypatch, clock, tmp_path):
+    job = Job(monkeypatch, clock, tmp_path)
+    job.attempt(0, 250, killed=True)
+    with open(tmp_path / "rank-0" / "windows.jsonl", "a") as f:
+        for line in ({"iteration": 260, "window_iterations": 0, "window_s": 0.1},
+                     {"iteration": 270, "window_iterations": 10, "window_s": -0.1}):
+            f.write(json.dumps(line) + "\n")
+    assert read_goodput(tmp_path).last_iteration == 250
+
+
+def test_without_a_ledger_each_attempt_starts_where_its_first_window_started(monkeypatch, clock, tmp_path):
+    job = Job(monkeypatch, clock, tmp_path)
+    job.attempt(0, 250, killed=True)
+    job.gap()
+    job.attempt(200, 300, killed=False)
+    folder = tmp_path / "rank-0"
+    (folder / "goodput.json").unlink()
+    lines = (folder / "windows.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    lines.insert(3, "7")  # a line that is no window's, in the middle
+    (folder / "windows.jsonl").write_text("\n".join(lines) + "\n")
+    account = read_goodput(tmp_path)
+    begun = first["timestamp"] - first["window_s"] - first["overhead_ms"] / 1000.0
+    assert account.attempts[0].process_start == pytest.approx(begun)
+    assert [(a.start_iteration, a.reached) for a in account.attempts] == [(0, 250), (200, 300)]
+    assert account.lost_iterations == 50 and any("no goodput.json" in note for note in account.notes)
