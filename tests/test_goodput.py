@@ -401,3 +401,41 @@ def test_without_a_ledger_each_attempt_starts_where_its_first_window_started(mon
     assert account.attempts[0].process_start == pytest.approx(begun)
     assert [(a.start_iteration, a.reached) for a in account.attempts] == [(0, 250), (200, 300)]
     assert account.lost_iterations == 50 and any("no goodput.json" in note for note in account.notes)
+
+
+def test_the_live_ideal_step_is_the_median_of_every_attempt_s_steady_windows(monkeypatch, clock, tmp_path):
+    """Steps chosen so that the earlier attempt's median (10 ms), the resumed one's (50 ms) and both
+    together (40 ms) differ: each record's goodput follows the last."""
+    job = Job(monkeypatch, clock, tmp_path)
+
+    def attempt(start: int, steps_ms: list[float]) -> PerformanceListener:
+        job.process_start = clock.now
+        job.pid += 1
+        listener = PerformanceListener(1, sinks=[], clock=clock, wall_clock=job.wall, run_dir=tmp_path,
+                                       sink_thread=False)
+        listener._publisher.pid = job.pid
+        listener.start(iteration=start)
+        for ms in steps_ms:
+            clock.advance(ms / 1000.0)
+            listener.record_iteration()
+        listener.close()
+        return listener
+
+    began = job.process_start = clock.now
+    attempt(0, [10.0] * 4 + [40.0] * 3)  # a warm-up window, then three of 10 ms and three of 40 ms
+    clock.advance(1.0)
+    last = attempt(7, [50.0] + [20.0] * 2 + [50.0] * 3)
+    record = last.history.records[-1]
+    account = read_goodput(tmp_path)
+    assert account.ideal_step_s == pytest.approx(0.040, rel=2e-3)
+    assert record.goodput == pytest.approx(account.ideal_step_s * 13 / (record.timestamp - EPOCH - began), rel=1e-9)
+    wall = last.summary().goodput.wall_s
+    clock.advance(5.0)
+    assert last.summary().goodput.wall_s == wall  # a closed attempt's time does not grow
+
+
+def test_a_process_start_the_system_does_not_say_is_noted_in_the_account(monkeypatch, clock):
+    job = Job(monkeypatch, clock, None)
+    monkeypatch.setattr("trainperf.core._goodput_live.process_age", lambda: (0.0, False))
+    listener = job.attempt(0, 20, killed=False)
+    assert any("did not say when this process started" in note for note in listener.summary().goodput.notes)
