@@ -404,8 +404,9 @@ def test_without_a_ledger_each_attempt_starts_where_its_first_window_started(mon
 
 
 def test_the_live_ideal_step_is_the_median_of_every_attempt_s_steady_windows(monkeypatch, clock, tmp_path):
-    """Steps chosen so that the earlier attempt's median (10 ms), the resumed one's (50 ms) and both
-    together (40 ms) differ: each record's goodput follows the last."""
+    """Steps chosen so that the earlier attempt's median (10 ms), the resumed one's (60 ms), the earlier
+    one's with the resumed one's warm-up (10 ms) and both together (40 ms) differ: each record's goodput
+    follows the last."""
     job = Job(monkeypatch, clock, tmp_path)
 
     def attempt(start: int, steps_ms: list[float]) -> PerformanceListener:
@@ -424,7 +425,7 @@ def test_the_live_ideal_step_is_the_median_of_every_attempt_s_steady_windows(mon
     began = job.process_start = clock.now
     attempt(0, [10.0] * 4 + [40.0] * 3)  # a warm-up window, then three of 10 ms and three of 40 ms
     clock.advance(1.0)
-    last = attempt(7, [50.0] + [20.0] * 2 + [50.0] * 3)
+    last = attempt(7, [5.0] + [20.0] * 2 + [60.0] * 3)
     record = last.history.records[-1]
     account = read_goodput(tmp_path)
     assert account.ideal_step_s == pytest.approx(0.040, rel=2e-3)
