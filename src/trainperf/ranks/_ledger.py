@@ -22,6 +22,7 @@ from typing import Any
 from ..base import atomic_write, process_age, remove_leftovers
 from ..records import AttemptAccount, strict
 from ._layout import GOODPUT, WINDOWS
+from ._values import num, parse
 
 __all__ = ["GoodputLedger", "read_ledger", "read_attempts", "LEDGER_EVERY_S", "MAX_LEDGER_BYTES"]
 
@@ -119,10 +120,10 @@ def read_entries(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     try:
         if os.path.getsize(path) > MAX_LEDGER_BYTES:
             return [], [f"{path.name}: larger than any ledger, not read"]
-        raw = json.loads(path.read_bytes())
+        raw = parse(path.read_bytes())
     except FileNotFoundError:
         return [], []
-    except (OSError, ValueError, RecursionError) as exc:
+    except (OSError, ValueError) as exc:
         return [], [f"{path.name}: not read ({type(exc).__name__})"]
     attempts = raw.get("attempts") if isinstance(raw, dict) else None
     if not isinstance(attempts, list):
@@ -220,8 +221,8 @@ def _objects(path: Path, start: int, stop: int) -> Iterator[Any]:
             for line in lines:
                 if line.strip() and len(line) <= _CHUNK:
                     try:
-                        yield json.loads(line)
-                    except (ValueError, RecursionError):  # not JSON, or nested deeper than it reads
+                        yield parse(line)
+                    except ValueError:  # not JSON, not UTF-8, or nested deeper than it reads
                         continue
 
 
@@ -229,26 +230,16 @@ def _whole(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62 else None
 
 
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        value = float(value)
-    except OverflowError:  # an integer of hundreds of digits
-        return None
-    return value if math.isfinite(value) and abs(value) < 1e15 else None
-
-
 def _add(account: AttemptAccount, obj: Any) -> bool:
     """Count a window's line in ``account``; ``False`` when it is not a window's."""
     if not isinstance(obj, dict):
         return False
-    iteration, n, window_s = _whole(obj.get("iteration")), _whole(obj.get("window_iterations")), _finite(
+    iteration, n, window_s = _whole(obj.get("iteration")), _whole(obj.get("window_iterations")), num(
         obj.get("window_s"))
     if iteration is None or n is None or n < 1 or window_s is None or window_s < 0.0:
         return False
     extra = obj.get("extra")
-    account.add_window(iteration, n, window_s, obj.get("warmup") is True, _finite(obj.get("timestamp")),
+    account.add_window(iteration, n, window_s, obj.get("warmup") is True, num(obj.get("timestamp")),
                        etl_total_ms=obj.get("etl_total_ms"), gc_total_ms=obj.get("gc_total_ms"),
                        compute_ms=obj.get("compute_ms"), other_ms=obj.get("other_ms"),
                        overhead_ms=obj.get("overhead_ms"), extra=extra if isinstance(extra, dict) else None)
@@ -263,14 +254,14 @@ def _from_windows(path: Path, size: int) -> list[AttemptAccount]:
     for obj in _objects(path, 0, size):
         if not isinstance(obj, dict):
             continue
-        iteration, n, stamp = _whole(obj.get("iteration")), _whole(obj.get("window_iterations")), _finite(
+        iteration, n, stamp = _whole(obj.get("iteration")), _whole(obj.get("window_iterations")), num(
             obj.get("timestamp"))
         if iteration is None or n is None or n < 1 or stamp is None:
             continue
         pid = _whole(obj.get("pid")) or 0
         last = current.last_iteration if current is not None else None
         if current is None or pid != current.pid or (last is not None and iteration <= last):
-            begun = stamp - (_finite(obj.get("window_s")) or 0.0) - (_finite(obj.get("overhead_ms")) or 0.0) / 1e3
+            begun = stamp - (num(obj.get("window_s")) or 0.0) - (num(obj.get("overhead_ms")) or 0.0) / 1e3
             current = AttemptAccount(begun, started=begun, start_iteration=max(0, iteration - n), pid=pid)
             attempts.append(current)
         _add(current, obj)

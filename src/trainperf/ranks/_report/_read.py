@@ -3,7 +3,6 @@ nothing in a file can raise, block the report or hold more than a line's worth o
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import stat
@@ -11,30 +10,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .._values import MAX_FIGURE as MAX_FIGURE
+from .._values import MAX_WALL_S as MAX_WALL_S
+from .._values import num as num
+from .._values import parse as parse
+from .._values import wall as wall
+from .._values import whole as whole
+
 __all__: list[str] = []
 
-#: Figures at or beyond this size are not a run's (a millisecond figure of 30,000 years): read as
-#: missing, so that no sum, mean or product of the report can overflow.
-MAX_FIGURE = 1e15
-#: Wall times are seconds since 1970 below this (the year 5138): anything later is not a real time.
-MAX_WALL_S = 1e11
 #: Lines longer than this are not a run's (a window's line is about a kilobyte): skipped, and never
 #: read whole into memory.
 MAX_LINE_BYTES = 1 << 20
-
-
-def num(value: Any) -> float | None:
-    """``value`` as a finite float below :data:`MAX_FIGURE` in size, else ``None`` (bools, strings,
-    NaN, infinities and integers too large for a float included)."""
-    if type(value) is float:  # what JSON gives most: one comparison (NaN fails it too)
-        return value if -MAX_FIGURE < value < MAX_FIGURE else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        f = float(value)
-    except OverflowError:  # an integer of hundreds of digits
-        return None
-    return f if -MAX_FIGURE < f < MAX_FIGURE else None
 
 
 def rounded(value: float | None, digits: int = 3) -> float | None:
@@ -59,31 +46,6 @@ def significant(value: float | None, digits: int = 4) -> float | None:
 
 def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def wall(value: Any) -> float | None:
-    """``value`` as a wall time (seconds since 1970, not negative, before :data:`MAX_WALL_S`), else ``None``."""
-    f = num(value)
-    return f if f is not None and 0.0 <= f < MAX_WALL_S else None
-
-
-def whole(value: Any) -> int | None:
-    """``value`` as a whole number from 0 to 2**62, else ``None``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**62:
-        return None
-    return value
-
-
-_decode = json.JSONDecoder().decode
-
-
-def parse(line: bytes | str) -> Any:
-    """The JSON value of ``line`` (UTF-8, as every run writes); ``ValueError`` for what is not JSON, not
-    UTF-8, or nested deeper than the interpreter can read (a hostile line)."""
-    try:
-        return _decode(line.decode("utf-8") if isinstance(line, bytes) else line)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
 
 
 def text(value: Any, limit: int = 200) -> str | None:
