@@ -150,10 +150,12 @@ def test_cuda_memory_figures_come_from_one_read_of_the_allocators_nested_counter
 
     from trainperf.torch._cuda import alloc_retries_reader, memory_probe
 
-    nested = {"allocated_bytes": {"all": {"peak": 3 * 2**20}}, "reserved_bytes": {"all": {"peak": 8 * 2**20}},
-              "num_alloc_retries": 2}
+    nested = {"allocated_bytes": {"all": {"peak": 3 * 2**20, "current": 2 * 2**20}},
+              "reserved_bytes": {"all": {"peak": 8 * 2**20, "current": 6 * 2**20}},
+              "inactive_split_bytes": {"all": {"current": 3 * 2**19}}, "num_alloc_retries": 2, "num_ooms": 1}
     reads, resets = [], []
     monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", lambda device: reads.append(device) or nested)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=40 * 2**20))
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: resets.append(device))
 
     def flattening(*args, **kwargs):
@@ -162,7 +164,11 @@ def test_cuda_memory_figures_come_from_one_read_of_the_allocators_nested_counter
     for name in ("memory_stats", "max_memory_allocated", "max_memory_reserved"):
         monkeypatch.setattr(torch.cuda, name, flattening)
     device = torch.device("cuda", 0)
-    assert memory_probe(device)() == {"cuda_allocated_max_mb": 3.0, "cuda_reserved_max_mb": 8.0}
+    assert memory_probe(device)() == {
+        "cuda_allocated_max_mb": 3.0, "cuda_reserved_max_mb": 8.0, "cuda_allocated_floor_mb": 2.0,
+        "cuda_allocated_max_pct": 7.5, "cuda_reserved_max_pct": 20.0, "cuda_headroom_mb": 37.0,
+        "cuda_fragmentation_mb": 4.0, "cuda_inactive_split_pct": 25.0, "cuda_ooms": 0.0,  # the one before: not its own
+    }
     name, collector = alloc_retries_reader(device)
     assert (name, collector()) == ("cuda_alloc_retries", (2, None))
     assert reads == [device, device] and resets == [device]

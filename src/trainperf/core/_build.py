@@ -9,8 +9,10 @@ from typing import Any
 from ..records import (
     CpuLoad,
     DeviceWindow,
+    Growth,
     PerformanceRecord,
     build_record,
+    growth_verdict,
     judge,
     judge_device,
     judge_padding,
@@ -29,12 +31,14 @@ __all__: list[str] = []
 
 @dataclass(frozen=True, slots=True)
 class BuiltRecord:
-    """A window's record, and what free data and GC-free training would have removed from it
-    (the data wait and the GC pauses; on a device, the device's idle time for them)."""
+    """A window's record, what free data and GC-free training would have removed from it (the data wait
+    and the GC pauses; on a device, the device's idle time for them), and the kind of its time verdict
+    (the record's, unless memory growth outweighs it)."""
 
     record: PerformanceRecord
     data_free_s: float
     gc_free_s: float
+    time_kind: str | None = None
 
 
 def read_score(score: Any) -> float | None:
@@ -56,6 +60,7 @@ def build_window_record(
     pid: int = 0,
     previous: str | None = None,
     cpu: CpuLoad | None = None,
+    growth: Growth | None = None,
 ) -> BuiltRecord:
     """Build the record of a window.
 
@@ -66,6 +71,7 @@ def build_window_record(
         host_name: the machine the record describes; ``pid`` its process.
         previous: the verdict kind of the window before (hysteresis).
         cpu: the window's CPU use (host clock only), for ``cpu-contention``.
+        growth: a floor of memory judged growing after this window: the verdict is ``memory-growth``.
     """
     figures = host.figures
     n = figures.iterations
@@ -94,6 +100,9 @@ def build_window_record(
     if padding:  # the step's time on pad tokens, against the same time the other shares are of
         step_s = figures.compute_s if device is None else base_s - device.idle_s
         verdict = judge_padding(verdict, padding, step_s, base_s, iterations=n, previous=previous)
+    time_kind = verdict.kind if verdict is not None else None
+    if growth is not None and verdict is not None:
+        verdict = growth_verdict(growth, verdict)
     mean_s = sum(durations) / n
     flops = host.flops
     per_step = window_flops(flops, host.shapes, n, figures.steps)
@@ -156,13 +165,29 @@ def build_window_record(
         None,  # goodput
         hw("cuda_allocated_max_mb"),  # cuda_allocated_max_mb
         hw("cuda_reserved_max_mb"),  # cuda_reserved_max_mb
+        hw("cuda_allocated_floor_mb"),  # cuda_allocated_floor_mb
+        hw("cuda_allocated_max_pct"),  # cuda_allocated_max_pct
+        hw("cuda_reserved_max_pct"),  # cuda_reserved_max_pct
+        hw("cuda_headroom_mb"),  # cuda_headroom_mb
+        hw("cuda_fragmentation_mb"),  # cuda_fragmentation_mb
+        hw("cuda_inactive_split_pct"),  # cuda_inactive_split_pct
+        _whole(hw("cuda_ooms")),  # cuda_ooms
         hw("gpu_utilization_pct"),  # gpu_utilization_pct
         hw("gpu_memory_used_mb"),  # gpu_memory_used_mb
         hw("cpu_pct"),  # cpu_pct
         hw("workers_cpu_pct"),  # workers_cpu_pct
         hw("rss_mb"),  # rss_mb
+        hw("rss_peak_mb"),  # rss_peak_mb
+        hw("rss_headroom_mb"),  # rss_headroom_mb
+        hw("workers_memory_mb"),  # workers_memory_mb
+        growth.mb_per_100 if growth is not None else None,  # memory_growth_mb
+        growth.full_in if growth is not None else None,  # memory_full_in
         host.capture,  # capture
         verdict,  # verdict
         dict(host.times),  # extra
     )
-    return BuiltRecord(record, data_free_s, gc_free_s)
+    return BuiltRecord(record, data_free_s, gc_free_s, time_kind)
+
+
+def _whole(value: float | None) -> int | None:
+    return int(value) if value is not None else None

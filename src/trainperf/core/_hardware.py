@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from ._host_memory import HostMemory, own_memory_mb
+
 __all__: list[str] = []
 
 Probe = Callable[[], Mapping[str, "float | None"]]
@@ -21,11 +23,21 @@ Probe = Callable[[], Mapping[str, "float | None"]]
 HARDWARE_FIELDS = (
     "cuda_allocated_max_mb",
     "cuda_reserved_max_mb",
+    "cuda_allocated_floor_mb",
+    "cuda_allocated_max_pct",
+    "cuda_reserved_max_pct",
+    "cuda_headroom_mb",
+    "cuda_fragmentation_mb",
+    "cuda_inactive_split_pct",
+    "cuda_ooms",
     "gpu_utilization_pct",
     "gpu_memory_used_mb",
     "cpu_pct",
     "workers_cpu_pct",
     "rss_mb",
+    "rss_peak_mb",
+    "rss_headroom_mb",
+    "workers_memory_mb",
 )
 
 #: Mean CPU use of the loader's workers, in percent of one core each, from which they count as
@@ -65,12 +77,15 @@ class Throttled:
 
 
 class ProcessProbe:
-    """CPU use of this process and of its children (DataLoader workers), and this process's RSS.
+    """CPU use of this process and of its children (DataLoader workers), and the memory of both.
 
     CPU shares are over the time since the previous reading: the first one of a process gives 0.
-    Readings are taken at most every ``min_interval_s`` seconds (each costs tens of microseconds
-    of ``/proc`` reads); a report sooner than that repeats the last one. Children are looked up
-    again at most every ``rescan_s`` seconds (listing them walks every process of the machine).
+    CPU readings and the headroom are taken at most every ``min_interval_s`` seconds (each costs tens
+    of microseconds of ``/proc`` reads); a report sooner than that repeats them. The resident memory and
+    its peak are read at every report (a few microseconds), so a floor that rises is seen window by
+    window. The workers' own memory is read at most every ``workers_memory_s`` seconds (a walk of their
+    page tables). Children are looked up again at most every ``rescan_s`` seconds (listing them walks
+    every process of the machine).
 
     Args:
         process: a ``psutil.Process`` (default: this one).
@@ -79,6 +94,9 @@ class ProcessProbe:
         clock: monotonic clock, injectable for tests.
         workers: the process ids of the loader's workers (asked at each look-up); children that are
             not among them (a ``subprocess``, Spark's JVM) are no workers. ``None``: every child is.
+        memory: this process's memory readings (its peak, its headroom and its workers' own memory
+            are read only with it); ``None``: the resident memory from ``process`` alone.
+        workers_memory_s: seconds between two readings of the workers' own memory.
     """
 
     def __init__(
@@ -89,8 +107,12 @@ class ProcessProbe:
         rescan_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         workers: Callable[[], Collection[int]] | None = None,
+        memory: HostMemory | None = None,
+        workers_memory_s: float = 10.0,
     ) -> None:
         self._worker_pids = workers
+        self._memory = memory
+        self._workers_memory = Throttled(self._read_workers_memory, min_interval_s=workers_memory_s, clock=clock)
         if rescan_s < 0:
             raise ValueError(f"rescan_s must not be negative, got {rescan_s!r}")
         self._throttled = Throttled(self._read, min_interval_s=min_interval_s, clock=clock)
@@ -121,11 +143,24 @@ class ProcessProbe:
         return list(self._children.values())
 
     def __call__(self) -> Mapping[str, float | None]:
-        return self._throttled()
+        out = dict(self._throttled())
+        memory = self._memory
+        if memory is None:
+            out["rss_mb"] = self._process.memory_info().rss / _MB
+            return out
+        out["rss_mb"] = memory.rss_mb()
+        out["rss_peak_mb"] = memory.peak_mb()
+        return out
+
+    def _read_workers_memory(self) -> dict[str, float | None]:
+        shares = [own_memory_mb(pid, child) for pid, child in list(self._children.items())]
+        known = [share for share in shares if share is not None]
+        return {"workers_memory_mb": sum(known) if known else None}
 
     def _read(self) -> dict[str, float | None]:
         out: dict[str, float | None] = {"cpu_pct": float(self._process.cpu_percent(None))}
-        out["rss_mb"] = self._process.memory_info().rss / _MB
+        if self._memory is not None:
+            out["rss_headroom_mb"] = self._memory.headroom_mb()
         shares: list[float] = []
         for child in self._workers():
             try:
@@ -133,6 +168,8 @@ class ProcessProbe:
             except Exception:  # noqa: BLE001 - a worker that ended between two reads
                 self._children.pop(getattr(child, "pid", -1), None)
         out["workers_cpu_pct"] = sum(shares) / len(shares) if shares else None
+        if self._memory is not None:
+            out.update(self._workers_memory() if self._children else {"workers_memory_mb": None})
         return out
 
 
@@ -146,7 +183,8 @@ def process_probe(workers: Callable[[], Collection[int]] | None = None) -> Probe
         import psutil
     except ImportError:
         return None
-    return ProcessProbe(psutil.Process(), workers=workers)
+    process = psutil.Process()
+    return ProcessProbe(process, workers=workers, memory=HostMemory(process, psutil.virtual_memory))
 
 
 def read_probes(probes: list[Probe], failed: Callable[[str], None]) -> dict[str, float | None]:

@@ -14,7 +14,8 @@ from ._hardware import worker_tips
 __all__ = ["BottleneckWarning"]
 
 #: How a warning names a verdict kind that is not an "X-bound" state.
-_STATES = {"padding": "computes padding", "cpu-contention": "is slowed by CPU contention"}
+_STATES = {"padding": "computes padding", "cpu-contention": "is slowed by CPU contention",
+           "memory-growth": "keeps more memory with every step"}
 
 Advisor = Callable[[str], Sequence[str]]
 

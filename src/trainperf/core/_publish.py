@@ -11,6 +11,7 @@ from ..sinks import MemorySink
 from ._build import build_window_record
 from ._emit import Emitter
 from ._goodput_live import LiveGoodput
+from ._memory_watch import MemoryWatch
 from ._notices import Notices
 from ._options import ListenerOptions
 from ._pending import HostWindow
@@ -30,7 +31,8 @@ class Publisher:
         host_name: the machine the records describe; ``pid`` its process.
     """
 
-    __slots__ = ("options", "history", "emitter", "notices", "totals", "host_name", "pid", "_previous", "goodput")
+    __slots__ = ("options", "history", "emitter", "notices", "totals", "host_name", "pid", "_previous", "goodput",
+                 "memory")
 
     def __init__(self, options: ListenerOptions, history: MemorySink, emitter: Emitter, notices: Notices, *,
                  host_name: str, pid: int) -> None:
@@ -39,11 +41,13 @@ class Publisher:
         self.totals = RunTotals()
         self._previous: str | None = None  # the verdict of the last window after the warm-up
         self.goodput: LiveGoodput | None = None  # the job's time account, which sets each record's goodput
+        self.memory = MemoryWatch(notices.once)  # whether memory grows, window after window
 
     def publish(self, host: HostWindow, device: DeviceWindow | None, cpu: CpuLoad | None = None) -> PerformanceRecord:
         """Build the window's record and send it to every sink; ``cpu`` is its CPU use (host clock)."""
+        growth = self.memory.observe(host.iteration, host.hardware, warmup=host.warmup)
         built = build_window_record(host, device, self.options, host_name=self.host_name, pid=self.pid,
-                                    previous=self._previous, cpu=cpu)
+                                    previous=self._previous, cpu=cpu, growth=growth)
         record, figures, hardware, notices = built.record, host.figures, host.hardware, self.notices
         if self.goodput is not None:
             self.goodput.add(record)
@@ -60,8 +64,9 @@ class Publisher:
         if figures.samples is None and self.options.report_sample:
             notices.once("could not find the batch size; samples/sec is left out for this run")
         if verdict is not None and not record.warmup:  # the warm-up's start-up costs set no precedent
-            self._previous = verdict.kind
-            if verdict.kind != "fine" and self.totals.persists(verdict.kind):
+            self._previous = built.time_kind
+            # growth is judged over several windows already: said at once, before the run runs out
+            if verdict.kind == "memory-growth" or (verdict.kind != "fine" and self.totals.persists(verdict.kind)):
                 notices.bottleneck(verdict)
         self.history(record)
         self.emitter.deliver(record)  # inline: every sink gets the record before a SinkError can leave

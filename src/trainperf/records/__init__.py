@@ -33,6 +33,10 @@ from ._json import json_line as json_line
 from ._json import record_json as record_json
 from ._json import strict as strict
 from ._memo import TextMemo as TextMemo
+from ._memory import FloorTrend as FloorTrend
+from ._memory import Growth as Growth
+from ._memory import ReservedTrend as ReservedTrend
+from ._memory import growth_verdict as growth_verdict
 from ._padding import PADDING_SHARE as PADDING_SHARE
 from ._padding import judge_padding as judge_padding
 from ._padding import padding_share as padding_share

@@ -35,6 +35,15 @@ DEFAULT_FIXES: dict[str, tuple[str, ...]] = {
         "pad to the batch's longest, never to a fixed max_length: DataCollatorWithPadding(tokenizer, "
         "padding='longest', pad_to_multiple_of=8) keeps shapes friendly to tensor cores without more pads",
     ),
+    "memory-growth": (
+        "keep losses and metrics as numbers, not tensors: total += loss.item() (or loss.detach()); a tensor kept "
+        "from each step keeps its autograd graph and what it saved",
+        "look for what grows with every step: lists or dicts of outputs, caches keyed by batch, histories kept "
+        "for logging; run evaluation under torch.no_grad() so its outputs hold no graph",
+        "see what is alive and where it was allocated: torch.cuda.memory._record_memory_history() with "
+        "torch.cuda.memory._dump_snapshot() on CUDA (https://pytorch.org/memory_viz reads it), tracemalloc for "
+        "Python objects",
+    ),
     "gc-bound": (
         "call gc.freeze() after building the model and data so long-lived objects leave the young generations",
         "raise the generation-0 threshold, e.g. gc.set_threshold(50_000, 50, 100)",

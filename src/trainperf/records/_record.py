@@ -38,13 +38,16 @@ class GCStat:
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What limits the window: ``input-bound``, ``gc-bound``, ``loop-bound``, ``host-bound`` (CUDA),
-    ``cpu-contention``, ``padding`` (the step computes pad tokens) or ``fine``.
+    ``cpu-contention``, ``padding`` (the step computes pad tokens) or ``fine``; or ``memory-growth``, which
+    outweighs them all: memory kept from step to step rises window after window, and the run will end
+    out of memory (the time verdict it replaces is said in its reason).
 
     Args:
         kind: the verdict.
         share: the share of the window's wall time, in percent, that backs the verdict
             (data wait for ``input-bound``, GC pauses for ``gc-bound``, the step's time on pad
-            tokens for ``padding``, the larger of the two for ``fine``).
+            tokens for ``padding``, the larger of the two for ``fine``); for ``memory-growth``, the
+            growing floor's share of the memory it can grow into (0 when that is unknown).
         reason: the plain-words explanation printed after the figures.
     """
 
@@ -61,6 +64,19 @@ class PerformanceRecord:
     every position the model computed, padding included, and ``tokens_loss`` the labels other than
     -100; ``padding_share`` is ``1 - tokens / tokens_padded`` and ``mfu_real`` the MFU spent on real
     tokens (``mfu * tokens / tokens_padded``).
+
+    Memory is in MB (2**20 bytes). On CUDA: ``cuda_allocated_max_mb`` and ``cuda_reserved_max_mb`` are the
+    caching allocator's peaks in the window, ``_pct`` their share of the device's capacity,
+    ``cuda_allocated_floor_mb`` what stays allocated between two steps (read at the report),
+    ``cuda_headroom_mb`` the capacity above the allocated peak, ``cuda_fragmentation_mb`` reserved memory
+    not allocated, ``cuda_inactive_split_pct`` the share of reserved memory in split blocks no tensor uses,
+    ``cuda_ooms`` the out-of-memory errors the allocator raised in the window (its retries are the
+    ``cuda_alloc_retries`` collector in ``gc``). On the host: ``rss_mb`` the process's resident memory at the
+    report, ``rss_peak_mb`` its highest so far, ``rss_headroom_mb`` what it can still grow by (the
+    machine's available memory, or its cgroup's limit when lower), ``workers_memory_mb`` the loader
+    workers' memory (their proportional share of shared pages, summed). ``memory_growth_mb`` is the rise
+    per 100 iterations of a floor judged growing and ``memory_full_in`` the iterations until its headroom
+    is used up (both ``None`` unless the verdict is ``memory-growth``).
 
     Times are milliseconds, rates are per second of wall time over the whole window.
     A figure that was not asked for, or cannot be measured, is ``None``; no figure is
@@ -116,11 +132,23 @@ class PerformanceRecord:
     goodput: float | None = field(default=None, metadata=_METRIC)
     cuda_allocated_max_mb: float | None = field(default=None, metadata=_METRIC)
     cuda_reserved_max_mb: float | None = field(default=None, metadata=_METRIC)
+    cuda_allocated_floor_mb: float | None = field(default=None, metadata=_METRIC)
+    cuda_allocated_max_pct: float | None = field(default=None, metadata=_METRIC)
+    cuda_reserved_max_pct: float | None = field(default=None, metadata=_METRIC)
+    cuda_headroom_mb: float | None = field(default=None, metadata=_METRIC)
+    cuda_fragmentation_mb: float | None = field(default=None, metadata=_METRIC)
+    cuda_inactive_split_pct: float | None = field(default=None, metadata=_METRIC)
+    cuda_ooms: int | None = field(default=None, metadata=_METRIC)
     gpu_utilization_pct: float | None = field(default=None, metadata=_METRIC)
     gpu_memory_used_mb: float | None = field(default=None, metadata=_METRIC)
     cpu_pct: float | None = field(default=None, metadata=_METRIC)
     workers_cpu_pct: float | None = field(default=None, metadata=_METRIC)
     rss_mb: float | None = field(default=None, metadata=_METRIC)
+    rss_peak_mb: float | None = field(default=None, metadata=_METRIC)
+    rss_headroom_mb: float | None = field(default=None, metadata=_METRIC)
+    workers_memory_mb: float | None = field(default=None, metadata=_METRIC)
+    memory_growth_mb: float | None = field(default=None, metadata=_METRIC)
+    memory_full_in: float | None = field(default=None, metadata=_METRIC)
     capture: str | None = None
     verdict: Verdict | None = None
     extra: dict[str, float] = field(default_factory=dict)

@@ -36,7 +36,7 @@ class Bottleneck:
         """Why it is a bottleneck of the run, in words: the windows judged so when it persisted, else
         its share of the run against its line and the windows that passed the window's threshold."""
         spent = _SPENT.get(self.kind)
-        if persists(self.windows, judged):
+        if persists(self.windows, judged) or self.kind == "memory-growth":
             share = f" ({self.share:.0f}% of the time {spent})" if spent else ""
             return f"{self.kind}: judged so in {self.windows} of {judged} windows{share}"
         words = (f"{self.kind} over the run: {self.share:.0f}% of the time {spent}, above the {self.line:g}% line "
@@ -273,12 +273,15 @@ def build_summary(
             ("cpu-contention", 0.0, 100.0, wall_s),
             ("host-bound", 0.0, 100.0, wall_s),
             ("padding", 0.0, 100.0, wall_s),
+            ("memory-growth", 0.0, 100.0, wall_s),
         ):
             share = 100.0 * seconds / over if over > 0 else 0.0
             windows = verdict_counts.get(kind, 0)
-            if kind in ("host-bound", "cpu-contention", "padding") and windows:  # no time of its own: windows' share
-                share = 100.0 * windows / judged
-            if (share >= threshold / 2 and seconds >= material_s) or persists(windows, judged):
+            if kind in ("host-bound", "cpu-contention", "padding", "memory-growth") and windows:
+                share = 100.0 * windows / judged  # no time of its own: the windows' share
+            # growth is judged over several windows already: one window judged so is a bottleneck of the run
+            grew = kind == "memory-growth" and windows > 0
+            if grew or (share >= threshold / 2 and seconds >= material_s) or persists(windows, judged):
                 bottlenecks.append(Bottleneck(kind, share, windows, tuple(fixes(kind)[:FIXES_PER_BOTTLENECK]),
                                               threshold / 2))
     bottlenecks.sort(key=lambda b: -b.share)

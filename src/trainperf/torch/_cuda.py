@@ -232,6 +232,7 @@ class AllocatorCounters:
         self._read_at: float | None = None
         self._last: dict[str, Any] = {}
         self._left: dict[str, Any] | None = None
+        self.first: dict[str, Any] | None = None  # the first read (the retries collector's baseline at set-up)
 
     def _fresh(self, *, anyway: bool = False) -> dict[str, Any] | None:
         """A new read of the counters, or ``None`` when the last one is too recent (unless ``anyway``)."""
@@ -240,6 +241,8 @@ class AllocatorCounters:
             return None
         self._read_at = now
         self._last = stats = _allocator_stats(self.device)
+        if self.first is None:
+            self.first = stats
         return stats
 
     def read(self) -> dict[str, Any]:
@@ -261,29 +264,65 @@ def _peak_mb(stats: dict[str, Any], name: str) -> float:
     return float(stats.get(name, {}).get("all", {}).get("peak", 0)) / _MB
 
 
+def _current_mb(stats: dict[str, Any], name: str) -> float:
+    return float(stats.get(name, {}).get("all", {}).get("current", 0)) / _MB
+
+
+def device_capacity_mb(device: torch.device) -> float | None:
+    """The device's memory in MB, ``None`` when it cannot be read."""
+    try:
+        return float(torch.cuda.get_device_properties(device).total_memory) / _MB
+    except Exception:  # noqa: BLE001 - no capacity, no shares
+        return None
+
+
+def memory_figures(stats: dict[str, Any], capacity_mb: float | None) -> dict[str, float | None]:
+    """The record's CUDA memory figures from one read of the allocator's nested counters (its peaks since
+    they were last reset, and what it holds now, between two steps)."""
+    allocated_peak, reserved_peak = _peak_mb(stats, "allocated_bytes"), _peak_mb(stats, "reserved_bytes")
+    allocated, reserved = _current_mb(stats, "allocated_bytes"), _current_mb(stats, "reserved_bytes")
+    inactive = _current_mb(stats, "inactive_split_bytes")
+    cap = capacity_mb if capacity_mb is not None and capacity_mb > 0 else None
+    return {
+        "cuda_allocated_max_mb": allocated_peak,
+        "cuda_reserved_max_mb": reserved_peak,
+        "cuda_allocated_floor_mb": allocated,
+        "cuda_allocated_max_pct": 100.0 * allocated_peak / cap if cap is not None else None,
+        "cuda_reserved_max_pct": 100.0 * reserved_peak / cap if cap is not None else None,
+        "cuda_headroom_mb": max(0.0, cap - allocated_peak) if cap is not None else None,
+        "cuda_fragmentation_mb": max(0.0, reserved - allocated),
+        "cuda_inactive_split_pct": 100.0 * inactive / reserved if reserved > 0 else None,
+    }
+
+
 def memory_probe(device: torch.device, counters: AllocatorCounters | None = None) -> Probe:
-    """The caching allocator's peaks of allocated and reserved memory since its previous read
-    (host-side counters: no synchronisation), reset at each read; read at most once a second
-    (see :class:`AllocatorCounters`), a report in between repeats the last figures. The first
-    report reads them whatever the time since the retries collector's reads at the start: it has
-    no figures to repeat.
+    """The caching allocator's figures (see :func:`memory_figures`; host-side counters: no
+    synchronisation), its peaks reset at each read, and the out-of-memory errors it raised since the
+    read before; read at most once a second (see :class:`AllocatorCounters`), a report in between
+    repeats the last figures (and counts no new errors). The first report reads them whatever the time
+    since the retries collector's reads at the start: it has no figures to repeat.
 
     Args:
         device: the CUDA device.
         counters: the counters shared with :func:`alloc_retries_reader` (default: its own).
     """
     shared = counters if counters is not None else AllocatorCounters(device)
+    capacity = device_capacity_mb(device)
     last: dict[str, float | None] = {}
+    ooms_seen: int | None = None
 
     def read() -> dict[str, float | None]:
+        nonlocal ooms_seen
         stats = shared.take(first=not last)
-        if stats is not None:
-            last.update(
-                cuda_allocated_max_mb=_peak_mb(stats, "allocated_bytes"),
-                cuda_reserved_max_mb=_peak_mb(stats, "reserved_bytes"),
-            )
-            torch.cuda.reset_peak_memory_stats(device)
-        return dict(last)  # a copy: a caller's change cannot alter the next report
+        if stats is None:
+            return {**last, "cuda_ooms": 0.0}  # a copy: a caller's change cannot alter the next report
+        last.update(memory_figures(stats, capacity))
+        torch.cuda.reset_peak_memory_stats(device)
+        if ooms_seen is None:  # the errors before training (a batch-size search) are not the run's
+            ooms_seen = int((shared.first or stats).get("num_ooms", 0))
+        ooms = int(stats.get("num_ooms", 0))
+        new, ooms_seen = max(0, ooms - ooms_seen), ooms
+        return {**last, "cuda_ooms": float(new)}
 
     return read
 
