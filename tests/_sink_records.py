@@ -24,7 +24,7 @@ OUTPUT = Path(__file__).parent / "data" / "sink_output"
 #: Fields added to the schema after these files were first written: the files hold them (as ``null``)
 #: and the records leave them unset, so every other value stays what it was.
 ADDED_SINCE = ("goodput", "cuda_allocated_floor_mb", "cuda_allocated_max_pct", "cuda_reserved_max_pct",
-               "cuda_headroom_mb", "cuda_fragmentation_mb", "cuda_inactive_split_pct", "rss_peak_mb",
+               "cuda_headroom_mb", "cuda_fragmentation_mb", "cuda_inactive_split_pct", "rss_floor_mb", "rss_peak_mb",
                "rss_headroom_mb", "workers_memory_mb", "memory_growth_mb", "memory_full_in")
 _FLOATS = [name for name in PerformanceRecord.__dataclass_fields__
            if PerformanceRecord.__dataclass_fields__[name].type == "float | None" and name not in ADDED_SINCE]

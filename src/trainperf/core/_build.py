@@ -177,6 +177,7 @@ def build_window_record(
         hw("cpu_pct"),  # cpu_pct
         hw("workers_cpu_pct"),  # workers_cpu_pct
         hw("rss_mb"),  # rss_mb
+        hw("rss_floor_mb"),  # rss_floor_mb
         hw("rss_peak_mb"),  # rss_peak_mb
         hw("rss_headroom_mb"),  # rss_headroom_mb
         hw("workers_memory_mb"),  # workers_memory_mb

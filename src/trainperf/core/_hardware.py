@@ -35,6 +35,7 @@ HARDWARE_FIELDS = (
     "cpu_pct",
     "workers_cpu_pct",
     "rss_mb",
+    "rss_floor_mb",
     "rss_peak_mb",
     "rss_headroom_mb",
     "workers_memory_mb",
@@ -148,7 +149,8 @@ class ProcessProbe:
         if memory is None:
             out["rss_mb"] = self._process.memory_info().rss / _MB
             return out
-        out["rss_mb"] = memory.rss_mb()
+        rss = out["rss_mb"] = memory.rss_mb()
+        out["rss_floor_mb"] = memory.floor_mb(rss)
         out["rss_peak_mb"] = memory.peak_mb()
         return out
 

@@ -5,8 +5,10 @@ third of a millisecond per GB), which the caller reads seldom."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 __all__: list[str] = []
@@ -17,6 +19,26 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _MAXRSS_UNIT = 1.0 if sys.platform == "darwin" else 1024.0
 #: A cgroup's limit at or above this is no limit (cgroup v1 writes 2**63 rounded to pages).
 _NO_LIMIT = 2**60
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def _malloc_free_reader() -> Callable[[], int] | None:
+    """The bytes the C allocator holds free (glibc's ``mallinfo2().fordblks``, every arena summed), or
+    ``None`` where it cannot say (another C library; glibc before 2.33)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    function.restype = _MallInfo2
+    function.argtypes = []
+    return lambda: int(function().fordblks)
 
 
 def _read(path: str) -> str | None:
@@ -53,6 +75,7 @@ class HostMemory:
             except OSError:
                 self._statm = None
         self._cgroup = self._find_cgroup(cgroup_root)
+        self._malloc_free = _malloc_free_reader() if self._statm is not None else None
 
     def close(self) -> None:
         if self._statm is not None:
@@ -73,6 +96,17 @@ class HostMemory:
             except (OSError, IndexError, ValueError):
                 pass
         return float(self._process.memory_info().rss) / _MB
+
+    def floor_mb(self, rss_mb: float) -> float:
+        """What of ``rss_mb`` is in use: less the memory the C allocator keeps free for later (freed
+        tensors of varying sizes leave it more or less of that, window after window, which would hide a
+        leak's steady rise in noise or look like one). The resident memory itself where that is unknown."""
+        if self._malloc_free is None:
+            return rss_mb
+        try:
+            return max(0.0, rss_mb - self._malloc_free() / _MB)
+        except Exception:  # noqa: BLE001 - then the resident memory
+            return rss_mb
 
     def peak_mb(self) -> float | None:
         """The highest resident memory since the process started (``None`` where unknown)."""

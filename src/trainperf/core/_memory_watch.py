@@ -23,7 +23,7 @@ class MemoryWatch:
 
     def __init__(self, say: Callable[[str], None]) -> None:
         self._device = FloorTrend("allocated floor", "the device")
-        self._host = FloorTrend("resident memory", "the machine's memory")
+        self._host = FloorTrend("resident memory in use", "the machine's memory")
         self._reserved = ReservedTrend()
         self._say = say
 
@@ -34,7 +34,9 @@ class MemoryWatch:
             return None
         get = hardware.get
         device = self._device.add(iteration, get("cuda_allocated_floor_mb"), get("cuda_headroom_mb"), warmup=warmup)
-        host = self._host.add(iteration, get("rss_mb"), get("rss_headroom_mb"), warmup=warmup)
+        floor, rss = get("rss_floor_mb"), get("rss_mb")
+        host = self._host.add(iteration, floor if floor is not None else rss, get("rss_headroom_mb"),
+                              warmup=warmup, held_mb=rss if floor is not None else None)
         notice = self._reserved.add(iteration, get("cuda_reserved_max_mb"), get("cuda_allocated_max_mb"),
                                     get("cuda_fragmentation_mb"), get("cuda_inactive_split_pct"), warmup=warmup)
         if notice is not None:

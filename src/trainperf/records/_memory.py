@@ -20,19 +20,23 @@ from ._record import Verdict
 
 __all__: list[str] = []
 
-#: Readings after the warm-up that a judgment of growth needs: five rising readings are a trend that a
-#: one-off rise (a new largest batch, a cache filled once) is not.
-MIN_READINGS = 5
+#: Readings after the warm-up that a judgment of growth needs: six rising readings are a trend that a
+#: one-off rise (a new largest batch, a cache filled once) is not, and that readings which wander at
+#: random make in about one run of 700 (of 100 windows).
+MIN_READINGS = 6
 #: The newest readings the trend is fitted on: a leak that stops ends the verdict within this many.
 KEEP_READINGS = 10
 #: Of the steps between two readings, at least this share must rise.
-RISING_SHARE = 0.75
+RISING_SHARE = 0.8
 #: A line through the readings must explain at least this share of their variance (R squared).
 MIN_FIT = 0.9
 #: Growth below this many MB over the fitted readings is not judged (page-sized noise of a resident set).
 MIN_RISE_MB = 4.0
 #: A step between two readings rises when it adds more than this many MB.
 RISE_MB = 0.01
+#: Memory held beside the floor (the resident memory, allocator's free memory included) that rises this
+#: much faster than the floor is said, and sets the forecast.
+HELD_FASTER = 1.1
 
 #: Reserved memory grown by at least this many MB (and :data:`FRAGMENT_RISE_SHARE` of where it was)...
 FRAGMENT_RISE_MB = 256.0
@@ -53,7 +57,8 @@ class Growth:
         what: the floor, in words (``allocated floor``, ``resident memory``).
         where: what fills up (``the device``, ``the machine``).
         mb_per_100: its rise in MB per 100 iterations (the slope of a line through its readings).
-        full_in: iterations until the headroom is used up at that rate; ``None`` when unknown.
+        full_in: iterations until the headroom is used up at that rate, or at the rate of the memory held
+            beside it (``held_per_100``) when that is faster; ``None`` when unknown.
         share: the floor's share of the memory it can grow into (floor plus headroom), in percent;
             ``None`` when the headroom is unknown.
     """
@@ -63,10 +68,14 @@ class Growth:
     mb_per_100: float
     full_in: float | None
     share: float | None
+    held_per_100: float | None = None
 
     def words(self) -> str:
         """``allocated floor +38 MB per 100 iterations; the device is full in about 2,400 iterations``."""
         text = f"{self.what} +{_mb(self.mb_per_100)} MB per 100 iterations"
+        if self.held_per_100 is not None and self.held_per_100 > HELD_FASTER * self.mb_per_100:
+            text += (f" (resident memory +{_mb(self.held_per_100)} MB: the allocator cannot give back the gaps "
+                     "between what is kept)")
         if self.full_in is not None:
             text += f"; {self.where} is full in about {_about(self.full_in)} iterations"
         return text
@@ -111,18 +120,21 @@ class FloorTrend:
         where: what fills up, in words.
     """
 
-    __slots__ = ("what", "where", "_readings", "_last", "_growth")
+    __slots__ = ("what", "where", "_readings", "_last", "_growth", "_highest", "_held")
 
     def __init__(self, what: str, where: str) -> None:
         self.what, self.where = what, where
         self._readings: deque[tuple[float, float]] = deque(maxlen=KEEP_READINGS)
         self._last: float | None = None
         self._growth: Growth | None = None
+        self._highest = -math.inf  # the highest reading after the warm-up
+        self._held: deque[tuple[float, float]] = deque(maxlen=KEEP_READINGS)
 
     def add(self, iteration: int, floor_mb: float | None, headroom_mb: float | None, *,
-            warmup: bool = False) -> Growth | None:
+            warmup: bool = False, held_mb: float | None = None) -> Growth | None:
         """The judgment after a window whose floor reads ``floor_mb`` at ``iteration`` (``None``: not
-        read), with ``headroom_mb`` left to grow into."""
+        read), with ``headroom_mb`` left to grow into; ``held_mb``, the memory held that the floor is part
+        of (the resident memory, with what the allocator keeps free), read at the same time."""
         if floor_mb is None or not math.isfinite(floor_mb):
             return self._growth
         if floor_mb == self._last:
@@ -132,7 +144,13 @@ class FloorTrend:
             return None
         readings = self._readings
         readings.append((float(iteration), floor_mb))
-        self._growth = self._judge(headroom_mb)
+        if held_mb is not None and math.isfinite(held_mb):
+            self._held.append((float(iteration), held_mb))
+        else:
+            self._held.clear()
+        highest, self._highest = self._highest, max(self._highest, floor_mb)
+        # a floor that grows is higher than ever before; one back below an earlier high is not growing now
+        self._growth = self._judge(headroom_mb) if floor_mb > highest else None
         return self._growth
 
     def _judge(self, headroom_mb: float | None) -> Growth | None:
@@ -146,11 +164,14 @@ class FloorTrend:
         slope, fit = fit_line(points)
         if slope <= 0.0 or fit < MIN_FIT or slope * (points[-1][0] - points[0][0]) < MIN_RISE_MB:
             return None
+        held = fit_line(list(self._held))[0] if len(self._held) == len(points) else None
+        fills = max(slope, held) if held is not None else slope
         headroom = headroom_mb if headroom_mb is not None and math.isfinite(headroom_mb) else None
-        full_in = max(0.0, headroom) / slope if headroom is not None else None
+        full_in = max(0.0, headroom) / fills if headroom is not None else None
         floor = points[-1][1]
         share = 100.0 * floor / (floor + max(0.0, headroom)) if headroom is not None and floor > 0 else None
-        return Growth(self.what, self.where, 100.0 * slope, full_in, share)
+        return Growth(self.what, self.where, 100.0 * slope, full_in, share,
+                      100.0 * held if held is not None else None)
 
 
 def growth_verdict(growth: Growth, time: Verdict | None) -> Verdict:

@@ -72,7 +72,8 @@ class PerformanceRecord:
     not allocated, ``cuda_inactive_split_pct`` the share of reserved memory in split blocks no tensor uses,
     ``cuda_ooms`` the out-of-memory errors the allocator raised in the window (its retries are the
     ``cuda_alloc_retries`` collector in ``gc``). On the host: ``rss_mb`` the process's resident memory at the
-    report, ``rss_peak_mb`` its highest so far, ``rss_headroom_mb`` what it can still grow by (the
+    report, ``rss_floor_mb`` what of it is in use (less the memory the C allocator keeps free for later, where
+    it says how much: glibc), ``rss_peak_mb`` its highest so far, ``rss_headroom_mb`` what it can still grow by (the
     machine's available memory, or its cgroup's limit when lower), ``workers_memory_mb`` the loader
     workers' memory (their proportional share of shared pages, summed). ``memory_growth_mb`` is the rise
     per 100 iterations of a floor judged growing and ``memory_full_in`` the iterations until its headroom
@@ -144,6 +145,7 @@ class PerformanceRecord:
     cpu_pct: float | None = field(default=None, metadata=_METRIC)
     workers_cpu_pct: float | None = field(default=None, metadata=_METRIC)
     rss_mb: float | None = field(default=None, metadata=_METRIC)
+    rss_floor_mb: float | None = field(default=None, metadata=_METRIC)
     rss_peak_mb: float | None = field(default=None, metadata=_METRIC)
     rss_headroom_mb: float | None = field(default=None, metadata=_METRIC)
     workers_memory_mb: float | None = field(default=None, metadata=_METRIC)
