@@ -314,3 +314,127 @@ def test_on_cuda_the_allocators_ooms_are_counted_in_the_window_they_happened(fak
 
     records = _train(fake_cuda, clock, listener, 16, shape)
     assert [r.cuda_ooms for r in records] == [0, 2, 0, 1]
+
+
+# --- the host's readings ---------------------------------------------------------------------------
+
+def test_the_host_memory_reads_this_process_as_psutil_does_and_its_floor_below_it():
+    import psutil
+
+    from trainperf.core._host_memory import HostMemory
+
+    memory = HostMemory(psutil.Process(), psutil.virtual_memory)
+    rss, beside = memory.rss_mb(), _rss_mb()
+    assert rss == pytest.approx(beside, abs=8.0)
+    floor = memory.floor_mb(rss)
+    assert 0.0 < floor <= rss
+    assert memory.peak_mb() >= rss - 1.0
+    assert 0.0 < memory.headroom_mb() <= psutil.virtual_memory().total / MB
+    memory.close()
+    memory.close()  # idempotent
+    assert memory.rss_mb() == pytest.approx(_rss_mb(), abs=8.0)  # closed: read through psutil
+
+
+def test_the_floor_leaves_out_what_the_c_allocator_keeps_free(monkeypatch):
+    import psutil
+
+    from trainperf.core import _host_memory
+
+    monkeypatch.setattr(_host_memory, "_malloc_free_reader", lambda: lambda: 30 * 2**20)
+    memory = _host_memory.HostMemory(psutil.Process())
+    assert memory.floor_mb(100.0) == 70.0 and memory.floor_mb(10.0) == 0.0
+
+    def broken():
+        raise OSError("no")
+
+    monkeypatch.setattr(_host_memory, "_malloc_free_reader", lambda: broken)
+    assert _host_memory.HostMemory(psutil.Process()).floor_mb(100.0) == 100.0
+    monkeypatch.setattr(_host_memory, "_malloc_free_reader", lambda: None)
+    assert _host_memory.HostMemory(psutil.Process()).floor_mb(100.0) == 100.0
+    other = _host_memory.HostMemory(SimpleNamespace(pid=-5, memory_info=lambda: SimpleNamespace(rss=64 * MB)))
+    assert other.rss_mb() == 64.0 and other.floor_mb(64.0) == 64.0  # another process: no allocator of ours
+
+
+@pytest.mark.parametrize("version", ["v2", "v1"])
+def test_the_headroom_is_the_cgroups_limit_when_it_is_below_the_machines_available_memory(tmp_path, monkeypatch,
+                                                                                        version):
+    from trainperf.core import _host_memory
+
+    if version == "v2":
+        folder = tmp_path / "job"
+        folder.mkdir()
+        (folder / "memory.max").write_text(f"{1000 * MB}\n")
+        (folder / "memory.current").write_text(f"{600 * MB}\n")
+        own = "0::/job\n"
+    else:
+        folder = tmp_path / "memory" / "job"
+        folder.mkdir(parents=True)
+        (folder / "memory.limit_in_bytes").write_text(f"{1000 * MB}\n")
+        (folder / "memory.usage_in_bytes").write_text(f"{600 * MB}\n")
+        own = "12:cpu,cpuacct:/job\n11:memory:/job\n"
+    real_read = _host_memory._read
+    monkeypatch.setattr(_host_memory, "_read", lambda path: own if path == "/proc/self/cgroup" else real_read(path))
+    process = SimpleNamespace(pid=-5, memory_info=lambda: SimpleNamespace(rss=0))
+    roomy = _host_memory.HostMemory(process, lambda: SimpleNamespace(available=9000 * MB), cgroup_root=str(tmp_path))
+    assert roomy.headroom_mb() == 400.0
+    tight = _host_memory.HostMemory(process, lambda: SimpleNamespace(available=100 * MB), cgroup_root=str(tmp_path))
+    assert tight.headroom_mb() == 100.0
+    (folder / ("memory.max" if version == "v2" else "memory.limit_in_bytes")).write_text("max\n" if version == "v2"
+                                                                                         else f"{2**63 - 4096}\n")
+    assert roomy.headroom_mb() == 9000.0  # no limit
+    bare = _host_memory.HostMemory(process, None, cgroup_root=str(tmp_path / "none"))
+    monkeypatch.setattr(_host_memory, "_read", lambda path: None)
+    assert bare.headroom_mb() is None
+
+
+def test_a_workers_own_memory_is_its_proportional_share(monkeypatch):
+    import os
+
+    import psutil
+
+    from trainperf.core._host_memory import own_memory_mb
+
+    mine = own_memory_mb(os.getpid(), psutil.Process())
+    assert 0.0 < mine <= _rss_mb() + 1.0
+    gone = SimpleNamespace(memory_info=lambda: (_ for _ in ()).throw(psutil.NoSuchProcess(999999)))
+    assert own_memory_mb(999999999, gone) is None
+    assert own_memory_mb(999999999, SimpleNamespace(memory_info=lambda: SimpleNamespace(rss=3 * MB))) == 3.0
+
+
+def test_the_process_probe_reads_memory_at_every_report_and_the_workers_memory_seldom(clock, monkeypatch):
+    from trainperf.core import _hardware
+
+    class Process:
+        pid = -5
+
+        def __init__(self, pid, rss):
+            self.pid, self.rss = pid, rss
+
+        def cpu_percent(self, interval=None):
+            return 10.0
+
+        def memory_info(self):
+            return SimpleNamespace(rss=self.rss * MB)
+
+        def children(self, recursive=False):
+            return [worker]
+
+    worker = Process(77, 40)
+    main = Process(-5, 100)
+    reads = []
+    monkeypatch.setattr(_hardware, "own_memory_mb", lambda pid, child: reads.append(pid) or 25.0)
+    memory = SimpleNamespace(rss_mb=lambda: main.rss, floor_mb=lambda rss: rss - 10, peak_mb=lambda: 120.0,
+                             headroom_mb=lambda: 5000.0)
+    probe = _hardware.ProcessProbe(main, clock=clock, memory=memory, workers_memory_s=10.0, rescan_s=0.0)
+    first = probe()
+    assert first == {"cpu_pct": 10.0, "rss_headroom_mb": 5000.0, "workers_cpu_pct": 10.0,
+                     "workers_memory_mb": 25.0, "rss_mb": 100.0, "rss_floor_mb": 90.0, "rss_peak_mb": 120.0}
+    main.rss = 130
+    clock.advance(0.2)  # too soon for the CPU: repeated; the resident memory is read anew
+    assert probe()["rss_mb"] == 130.0 and probe()["rss_floor_mb"] == 120.0
+    clock.advance(1.0)
+    probe()
+    assert reads == [77]  # the workers' memory: at most every 10 s
+    clock.advance(10.0)
+    probe()
+    assert reads == [77, 77]
