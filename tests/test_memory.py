@@ -124,6 +124,7 @@ def _rss_mb() -> float:
     return psutil.Process().memory_info().rss / MB
 
 
+@pytest.mark.realtime
 def test_a_loop_that_keeps_each_steps_loss_with_its_graph_is_judged_memory_growth_at_its_rate():
     """The classic leak: each step's loss kept with its graph (and what the graph saved for the backward).
     Judged within 10 windows, at the rate that readings of the resident memory taken beside the listener
@@ -171,6 +172,7 @@ def test_a_loop_that_keeps_each_steps_loss_with_its_graph_is_judged_memory_growt
     del kept
 
 
+@pytest.mark.realtime
 def test_a_loop_with_varying_shapes_and_no_leak_is_never_judged_growing_over_1000_iterations():
     import torch
 

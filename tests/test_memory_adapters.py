@@ -9,6 +9,7 @@ import warnings
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.realtime  # real memory, as the process holds it
 
 from trainperf import PerformanceListener  # noqa: E402
 
