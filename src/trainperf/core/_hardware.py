@@ -147,7 +147,6 @@ class ProcessProbe:
         out = dict(self._throttled())
         memory = self._memory
         if memory is None:
-            out["rss_mb"] = self._process.memory_info().rss / _MB
             return out
         rss = out["rss_mb"] = memory.rss_mb()
         out["rss_floor_mb"] = memory.floor_mb(rss)
@@ -163,6 +162,8 @@ class ProcessProbe:
         out: dict[str, float | None] = {"cpu_pct": float(self._process.cpu_percent(None))}
         if self._memory is not None:
             out["rss_headroom_mb"] = self._memory.headroom_mb()
+        else:  # no readings of its own: the resident memory with the CPU's
+            out["rss_mb"] = self._process.memory_info().rss / _MB
         shares: list[float] = []
         for child in self._workers():
             try:
