@@ -166,7 +166,7 @@ def test_report_prints_and_serialises_the_split_and_its_fixes():
 
 # measured, on the CPU
 
-def test_the_split_of_a_known_mlp_with_adam_matches_the_hand_count():
+def test_measured_split_of_a_known_mlp_with_adam_matches_the_hand_count():
     model, size = mlp(), 64
     report = quick_doctor(model=model, loader=batches(size), optimizer=torch.optim.Adam(model.parameters()),
                           loss_fn=torch.nn.functional.cross_entropy)
@@ -184,7 +184,7 @@ def test_the_split_of_a_known_mlp_with_adam_matches_the_hand_count():
     assert {f.id for f in report.memory.fixes} >= {"optimizer_sgd_momentum", "optimizer_sgd"}
 
 
-def test_with_plain_sgd_no_optimizer_state_and_no_optimizer_fix():
+def test_measured_with_plain_sgd_no_optimizer_state_and_no_optimizer_fix():
     model = mlp()
     memory = quick_doctor(model=model, loader=batches(64), optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
                           loss_fn=torch.nn.functional.cross_entropy).memory
@@ -192,7 +192,7 @@ def test_with_plain_sgd_no_optimizer_state_and_no_optimizer_fix():
     assert not [f for f in memory.fixes if f.id.startswith("optimizer")]
 
 
-def test_a_bf16_model_gets_no_mixed_precision_fix_a_float32_one_does():
+def test_measured_bf16_model_gets_no_mixed_precision_fix_a_float32_one_does():
     for dtype, offered in ((torch.float32, True), (torch.bfloat16, False)):
         memory = quick_doctor(model=mlp(dtype), loader=batches(4096, dtype, count=1),
                               loss_fn=torch.nn.functional.cross_entropy).memory
@@ -201,7 +201,7 @@ def test_a_bf16_model_gets_no_mixed_precision_fix_a_float32_one_does():
         assert "smaller_batch" in {f.id for f in memory.fixes}
 
 
-def test_checkpointing_is_offered_for_blocks_that_keep_memory_inside_and_saves_about_what_it_says():
+def test_measured_checkpointing_is_offered_for_blocks_that_keep_memory_inside_and_saves_about_what_it_says():
     from torch.utils.checkpoint import checkpoint
 
     from trainperf.diagnosis import step_memory
@@ -230,7 +230,7 @@ def test_checkpointing_is_offered_for_blocks_that_keep_memory_inside_and_saves_a
     assert plain.peak - checkpointed.peak < fix.saving < plain.activations - checkpointed.activations
 
 
-def test_the_users_model_and_optimizer_are_left_byte_for_byte_unchanged():
+def test_measured_step_leaves_the_users_model_and_optimizer_byte_for_byte_unchanged():
     model = mlp()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     x, y = batches(32)[0]
@@ -334,7 +334,7 @@ def test_cli_optimizer_needs_a_model(capsys):
 # CUDA
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_the_split_on_cuda_matches_the_hand_count():
+def test_measured_split_on_cuda_matches_the_hand_count():
     model = mlp().cuda()
     data = [(x.cuda(), y.cuda()) for x, y in batches(64)]
     memory = quick_doctor(model=model, loader=data, optimizer=torch.optim.Adam(model.parameters()),
