@@ -48,15 +48,15 @@ def quick_doctor(**kw):
 # the arithmetic, with plain numbers
 
 def test_split_takes_the_parts_from_the_snapshots_and_the_rest_of_the_peak_as_temporaries():
-    before = {"PARAM": 100, "OPT": 200, "OTH": 10, "ACT": 3}
-    after_forward = {**before, "ACT": 403}
-    after = {"PARAM": 100, "GRAD": 100, "OPT": 200, "OTH": 10, "ACT": 3}
+    before = {"PARAM": 100, "OPT": 200, "OTH": 10, "ACT": 5}
+    after_forward = {**before, "ACT": 128}
+    after = {"PARAM": 100, "GRAD": 100, "OPT": 200, "OTH": 10, "ACT": 5}
     # the peak during the optimizer's step: 50 bytes of its scratch on top of its state
     peak = {"PARAM": 100, "GRAD": 100, "OPT": 250, "OTH": 10, "ACT": 3, "TEMP": 7, "Total": 470}
     got = split_from_snapshots(before=before, after_forward=after_forward, after=after, peak=peak, device="cpu",
                                optimizer="Adam", batch_size=4)
     assert (got.parameters, got.gradients, got.optimizer_state, got.inputs) == (100, 100, 200, 10)
-    assert got.activations == 400  # what the forward added, not what was there before it
+    assert got.activations == 123  # what the forward added, not what was there before it
     assert got.temporaries == 57 and got.peak == 470
     assert got.optimizer == "Adam" and got.batch_size == 4
 
@@ -85,6 +85,7 @@ def test_factored_state_keeps_a_row_and_a_column_per_matrix():
     assert factored_state_bytes([(2, 3, 4)], 1) == 6 + 8  # a stack of 2 matrices of 3 x 4
     assert factored_state_bytes([(), (0, 5)], 4) == 4 + 0
     assert factored_state_bytes([(10, 20), (20,)], 4) == (30 + 20) * 4
+    assert isinstance(factored_state_bytes([(4, 6)], 4), int)
 
 
 def test_checkpointing_saves_what_blocks_keep_inside_less_the_largest_recomputed():
@@ -96,6 +97,13 @@ def test_checkpointing_saves_what_blocks_keep_inside_less_the_largest_recomputed
     fix = by_id(memory_fixes(split(activations=700, blocks=many)))["checkpointing"]
     assert fix.saving == 700  # never more than the activations there are
     assert "(0, 1, 2, 3, ...)" in fix.change
+    four = tuple(Block(str(i), 100, 10) for i in range(4))
+    assert by_id(memory_fixes(split(blocks=four)))["checkpointing"].change.endswith("4 top-level blocks (0, 1, 2, 3)")
+    two = (Block("a", 300, 50), Block("b", 100, 20))
+    assert by_id(memory_fixes(split(blocks=two)))["checkpointing"].saving == 250 + 80 - 300
+    # a block whose output is larger than what it added (its input freed in it) keeps nothing inside
+    shrunk = (Block("a", 300, 50), Block("b", 10, 60), Block("c", 200, 100))
+    assert by_id(memory_fixes(split(blocks=shrunk)))["checkpointing"].saving == 250 + 0 + 100 - 300
 
 
 def test_no_checkpointing_for_one_block_or_blocks_that_keep_only_their_outputs():
@@ -141,6 +149,11 @@ def test_a_fix_must_save_its_share_of_the_peak_and_the_largest_comes_first():
     at = int(205 / MIN_SAVING_SHARE)
     assert "smaller_batch" in by_id(memory_fixes(split(optimizer_state=None, peak=at)))
     assert "smaller_batch" not in by_id(memory_fixes(split(optimizer_state=None, peak=at + 20)))
+    assert "smaller_batch" in by_id(memory_fixes(split(optimizer_state=None, peak=4100)))  # 205 is 5% of 4100
+    assert "smaller_batch" not in by_id(memory_fixes(split(optimizer_state=None, peak=4101)))
+    nothing = split(parameters=0, gradients=0, optimizer_state=0, inputs=0, activations=0, peak=0, blocks=(
+        Block("a", 0, 0), Block("b", 0, 0)))
+    assert memory_fixes(nothing) == ()  # a saving of nothing is no fix, even at a peak of nothing
     fixes = memory_fixes(split(parameters=100, optimizer_state=200, peak=1000))
     assert [f.saving for f in fixes] == sorted((f.saving for f in fixes), reverse=True)
     assert [f.id for f in fixes] == ["smaller_batch", "optimizer_sgd", "mixed_precision", "optimizer_sgd_momentum"]

@@ -216,4 +216,4 @@ def memory_fixes(split: MemorySplit) -> tuple[MemoryFix, ...]:
     found = [_checkpointing(split), _smaller_batch(split), _mixed_precision(split), *_optimizers(split)]
     worth = MIN_SAVING_SHARE * split.peak
     return tuple(sorted((f for f in found if f is not None and f.saving > 0 and f.saving >= worth),
-                        key=lambda f: -f.saving))
+                        key=lambda f: f.saving, reverse=True))
