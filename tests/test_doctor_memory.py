@@ -73,6 +73,13 @@ def test_split_counts_activations_and_gradients_held_at_the_peak_once():
                                 device="cpu").temporaries == 30
 
 
+def test_split_parts_are_never_negative():
+    # a forward that frees more than it keeps; a peak snapshot whose total is below its parts
+    got = split_from_snapshots(before={"ACT": 50}, after_forward={"ACT": 20}, after={},
+                               peak={"PARAM": 10, "Total": 5}, device="cpu")
+    assert got.activations == 0 and got.temporaries == 0
+
+
 def test_without_an_optimizer_its_state_is_not_counted():
     got = split_from_snapshots(before={}, after_forward={}, after={"OPT": 64}, peak={}, device="cpu")
     assert got.optimizer_state is None and got.optimizer is None
@@ -130,7 +137,7 @@ def test_mixed_precision_halves_activations_less_the_bf16_weight_copy():
     assert "mixed_precision" not in by_id(memory_fixes(split(activations=100, parameters=300, peak=1000)))
 
 
-def test_an_optimizer_with_less_state_saves_the_measured_state_less_its_own():
+def test_an_optimizer_with_less_state_saves_the_state_there_is_less_its_own():
     fixes = by_id(memory_fixes(split(parameters=100, optimizer_state=200, factored_state=8, peak=1000)))
     assert fixes["optimizer_sgd"].saving == 200
     assert fixes["optimizer_adafactor"].saving == 192
