@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -133,6 +134,8 @@ def test_mixed_precision_halves_activations_less_the_bf16_weight_copy():
     fix = by_id(memory_fixes(split(activations=400, parameters=101, device="cuda:0")))["mixed_precision"]
     assert fix.saving == 200 - 50 and type(fix.saving) is int and "torch.autocast('cuda'" in fix.change
     assert "torch.autocast('cpu'" in by_id(memory_fixes(split()))["mixed_precision"].change
+    read = "".join(["torch.", "float32"])  # as str(dtype) gives it: an equal string, not the same object
+    assert "mixed_precision" in by_id(memory_fixes(split(parameter_dtype=read)))
     for dtype in ("torch.bfloat16", "torch.float16", "torch.float64"):
         assert "mixed_precision" not in by_id(memory_fixes(split(parameter_dtype=dtype)))
     # weights larger than the activations: autocast's copy costs more than it saves
@@ -185,6 +188,8 @@ def test_report_prints_and_serialises_the_split_and_its_fixes():
     assert "optimizer state   not counted" in str(DoctorReport((), StepMemory(split(optimizer_state=None))))
     assert "no fix would save 5% of the peak or more" in str(DoctorReport((), StepMemory(split())))
     assert "memory" not in DoctorReport(()).to_dict() and "memory of" not in str(DoctorReport(()))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        memory.skipped = "changed"  # a report's sections are values
 
 
 # measured, on the CPU
