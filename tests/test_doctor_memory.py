@@ -95,7 +95,7 @@ def test_factored_state_keeps_a_row_and_a_column_per_matrix():
     assert factored_state_bytes([(10, 20), (20,)], 4) == (30 + 20) * 4
     assert isinstance(factored_state_bytes([(4, 6)], 4), int)
     assert factored_state_bytes([(3, 5)], 1) == 5 + 3
-    assert factored_state_bytes([(2, 3, 0), (3, 0)], 4) == 0  # no element, no division by a size of 0
+    assert factored_state_bytes([(2, 3, 0), (3, 0), (2, 0, 4)], 4) == 0  # no element, no division by a size of 0
 
 
 def test_checkpointing_saves_what_blocks_keep_inside_less_the_largest_recomputed():
@@ -157,6 +157,10 @@ def test_an_optimizer_with_less_state_saves_the_state_there_is_less_its_own():
     assert not [f for f in plain if f.startswith("optimizer")]
     assert not [f for f in by_id(memory_fixes(split(parameters=0, optimizer_state=50))) if f.startswith("optim")]
     assert by_id(memory_fixes(split(parameters=1, optimizer_state=2000)))["optimizer_sgd"].saving == 2000
+    assert "instead of 1.5 values per parameter" in by_id(memory_fixes(split(optimizer_state=150)))[
+        "optimizer_sgd"].change
+    tiny = split(parameters=1, optimizer_state=1, optimizer="SGD", activations=0, inputs=0, peak=10, batch_size=None)
+    assert [f.saving for f in memory_fixes(tiny)] == [1]  # one byte is still a saving
 
 
 def test_a_fix_must_save_its_share_of_the_peak_and_the_largest_comes_first():
