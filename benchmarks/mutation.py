@@ -96,6 +96,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "lightning/_callback.py": ("tests/test_lightning_split.py", "tests/test_lightning.py"),
     "torch/_loop_hooks.py": ("tests/test_loop_hooks.py", "tests/test_torch_adapter.py", "tests/test_torch_loops.py",
                              "tests/test_attribution.py"),
+    # the measured steps aside: the arithmetic's own tests take plain numbers
+    "diagnosis/_memory_fixes.py": ("tests/test_doctor_memory.py", "-k", "'not measured and not cli'"),
     "ranks/_report/_load.py": ("tests/test_load.py", "tests/test_run_dir.py", "tests/test_report_hostile.py",
                                "tests/test_report.py", "-k", "'not chromium and not html'"),
 }

@@ -22,7 +22,7 @@ from .sinks import LoggingSink, MemorySink, Sink, SinkError
 
 if _TYPE_CHECKING:
     from .core import span
-    from .diagnosis import Check, DoctorReport, doctor
+    from .diagnosis import Check, DoctorReport, StepMemory, doctor
     from .logs import ParsedLog, parse_log, plot
     from .profile import CaptureRule
     from .ranks import RunDirSink, build_report, read_goodput, run_dir_files, write_run_dir_files
@@ -48,6 +48,7 @@ __all__ = [
     "RunSummary",
     "Sink",
     "SinkError",
+    "StepMemory",
     "Verdict",
     "build_report",
     "doctor",
@@ -64,7 +65,7 @@ __all__ = [
 # imported on first use: none of them is needed to listen
 if not _TYPE_CHECKING:  # mypy reads the imports above, so a misspelt name stays an error
     __getattr__, __dir__ = _lazy_names(__name__, {
-        "Check": ".diagnosis", "DoctorReport": ".diagnosis", "doctor": ".diagnosis",
+        "Check": ".diagnosis", "DoctorReport": ".diagnosis", "doctor": ".diagnosis", "StepMemory": ".diagnosis",
         "ParsedLog": ".logs", "parse_log": ".logs", "plot": ".logs",
         "CaptureRule": ".profile",
         "span": ".core",

@@ -113,6 +113,20 @@ def _factory(spec: str, what: str) -> Any:
     return made
 
 
+def _optimizer(spec: str, model: Any) -> Any:
+    """The optimizer ``--optimizer module:function`` makes from the model's parameters."""
+    if model is None:
+        raise ValueError("--optimizer needs --model: it is called with the model's parameters")
+    factory = _function(spec, "optimizer")
+    try:
+        made = factory(model.parameters())
+    except Exception as exc:  # noqa: BLE001 - the user's code: said in one line, with where it failed
+        raise ValueError(f"--optimizer {spec!r} raised {type(exc).__name__}: {exc}") from exc
+    if not callable(getattr(made, "step", None)) or not hasattr(made, "param_groups"):
+        raise ValueError(f"--optimizer {spec!r} must give a torch.optim.Optimizer, got {type(made).__name__}")
+    return made
+
+
 def _named(spec: str, what: str) -> Any:
     """What ``module:name`` names, as given to ``--what``."""
     import importlib
@@ -147,9 +161,11 @@ def _doctor(args: argparse.Namespace) -> int:
             progress.step(f"building {' and '.join(f'--{w}' for w in ('model', 'loader') if getattr(args, w))}")
         model = _factory(args.model, "model") if args.model else None
         loader = _factory(args.loader, "loader") if args.loader else None
+        optimizer = _optimizer(args.optimizer, model) if args.optimizer else None
         progress.step("reading the environment" + (", watching the model" if model is not None else "")
-                      + (f", timing {args.steps} batches of the loader" if loader is not None else ""))
-        report = doctor(model=model, loader=loader, steps=args.steps)
+                      + (f", timing {args.steps} batches of the loader and measuring one step's memory"
+                         if loader is not None else ""))
+        report = doctor(model=model, loader=loader, optimizer=optimizer, steps=args.steps)
     print(report.to_json(indent=2) if args.json else report)
     return 1 if any(check.status == "fail" for check in report.checks) else 0
 
@@ -266,10 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     doc = command("doctor", "check the 13 common causes of slow training; exits 1 when a check fails",
                   "trainperf doctor --model mytrain:make_model --loader mytrain:make_loader")
-    doc.add_argument("--json", action="store_true", help='print {"checks": [...]} as JSON')
+    doc.add_argument("--json", action="store_true", help='print {"checks": [...], "memory": {...}} as JSON')
     doc.add_argument("--model", help="module:function returning the model (the module is looked up from the "
                                      "current folder too)")
     doc.add_argument("--loader", help="module:function returning the data loader")
+    doc.add_argument("--optimizer", help="module:function called with the model's parameters, returning the "
+                                         "optimizer (torch.optim:AdamW works as it is), so that the memory split "
+                                         "counts its state")
     doc.add_argument("--steps", type=_positive_int, default=5,
                      help="batches to time when a loader is given (default 5)")
     doc.set_defaults(func=_doctor)

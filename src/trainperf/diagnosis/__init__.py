@@ -1,10 +1,13 @@
 """``trainperf doctor``: the guide's 13 causes of slow training, checked automatically."""
 
 from ._checks import CHECKS, Context
+from ._memory_fixes import Block, MemoryFix, MemorySplit, StepMemory, memory_fixes
+from ._memory_step import step_memory
 from ._probe import Environment, Measurement, collect_environment, measure, watch_concurrency
 from ._report import Check, DoctorReport
 
-__all__ = ["Check", "DoctorReport", "Environment", "Measurement", "collect_environment", "doctor"]
+__all__ = ["Block", "Check", "DoctorReport", "Environment", "Measurement", "MemoryFix", "MemorySplit", "StepMemory",
+           "collect_environment", "doctor", "memory_fixes", "step_memory"]
 
 
 def doctor(
@@ -22,9 +25,13 @@ def doctor(
     Args:
         model: a ``torch.nn.Module``: its devices, dtypes and shape are read, concurrent use from
             other threads is watched for ``watch_seconds``, and with a loader a few forward and
-            backward passes are timed (weights are left unchanged).
+            backward passes are timed (weights are left unchanged), and one training step's memory
+            is split into parameters, gradients, optimizer state, activations and temporaries, on
+            copies of the model and optimizer (``report.memory``).
         loader: an iterable of batches (a DataLoader's settings are read too).
-        optimizer: accepted for symmetry with training code; not stepped.
+        optimizer: a ``torch.optim.Optimizer`` over the model's parameters: a fresh one of its class
+            and param-group settings is stepped on a copy of the model, so the memory split counts
+            optimizer state; the one given is not stepped. Without it, optimizer state is not counted.
         loss_fn: ``loss_fn(outputs, targets)`` for ``(inputs, targets)`` batches; otherwise the mean
             of the outputs is back-propagated.
         steps: batches to time.
@@ -51,4 +58,12 @@ def doctor(
     measurement = measure(model, loader, steps=steps, loss_fn=loss_fn) if loader is not None else None
     ctx = Context(env=env, model=model, loader=loader, optimizer=optimizer, measurement=measurement,
                   max_concurrent_forwards=concurrency)
-    return DoctorReport(tuple(check(ctx) for check in CHECKS))
+    return DoctorReport(tuple(check(ctx) for check in CHECKS), _memory(model, loader, optimizer, loss_fn))
+
+
+def _memory(model: object, loader: object, optimizer: object, loss_fn: object) -> StepMemory:
+    """The memory section; a model the tracker cannot follow gets a skipped section, not an error."""
+    try:
+        return step_memory(model, loader, optimizer, loss_fn=loss_fn)
+    except Exception as exc:  # noqa: BLE001 - the checks above are worth printing still
+        return StepMemory(None, skipped=f"measuring it failed: {type(exc).__name__}: {exc}")

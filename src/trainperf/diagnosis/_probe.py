@@ -10,7 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Environment", "Measurement", "collect_environment", "measure", "watch_concurrency"]
+__all__ = ["Environment", "Measurement", "batch_inputs", "collect_environment", "forward_loss", "measure", "to_device",
+           "watch_concurrency"]
 
 
 @dataclass
@@ -131,6 +132,34 @@ def _tensors(obj: Any) -> Iterable[Any]:
             yield from _tensors(item)
 
 
+def batch_inputs(batch: Any) -> Any:
+    """What goes into the model: the first of an ``(inputs, targets)`` pair, else the whole batch."""
+    return batch[0] if isinstance(batch, (list, tuple)) and len(batch) == 2 else batch
+
+
+def to_device(batch: Any, device: Any) -> Any:
+    """``batch`` with every tensor in it on ``device`` (the same tensors where they are there already)."""
+    from ..torch import map_tensors
+
+    return map_tensors(batch, lambda t: t.to(device))
+
+
+def forward_loss(model: Any, batch: Any, loss_fn: Any = None) -> Any:
+    """The loss the doctor back-propagates for ``batch`` (already on the model's device).
+
+    ``loss_fn(outputs, targets)`` for an ``(inputs, targets)`` batch when given; otherwise the sum of
+    the means of the floating-point outputs.
+    """
+    inputs = batch_inputs(batch)
+    if isinstance(inputs, dict):
+        out = model(**inputs)
+    else:
+        out = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+    if loss_fn is not None and isinstance(batch, (list, tuple)) and len(batch) == 2:
+        return loss_fn(out, batch[1])
+    return sum(t.float().mean() for t in _tensors(out) if t.is_floating_point())
+
+
 def watch_concurrency(model: Any, seconds: float) -> int:
     """The most forward passes of ``model`` seen running at once, from any thread, over ``seconds``."""
     state = {"active": 0, "max": 0}
@@ -167,7 +196,7 @@ def measure(model: Any, loader: Any, *, steps: int = 5, loss_fn: Any = None) -> 
     import torch
 
     from ..core import GCMonitor
-    from ..torch import batch_size, map_tensors
+    from ..torch import batch_size
 
     result = Measurement()
     param = next(model.parameters(), None) if model is not None else None
@@ -184,7 +213,7 @@ def measure(model: Any, loader: Any, *, steps: int = 5, loss_fn: Any = None) -> 
             except StopIteration:
                 break
             waited = time.perf_counter() - started
-            inputs = batch[0] if isinstance(batch, (list, tuple)) and len(batch) == 2 else batch
+            inputs = batch_inputs(batch)
             if result.batch_size is None:
                 result.batch_size = batch_size(batch)
                 tensors = list(_tensors(inputs))
@@ -198,16 +227,8 @@ def measure(model: Any, loader: Any, *, steps: int = 5, loss_fn: Any = None) -> 
                 continue_warm = False
             step_started = time.perf_counter()
             if model is not None:
-                moved = map_tensors(inputs, lambda t: t.to(device))
                 with torch.enable_grad():
-                    if isinstance(moved, dict):
-                        out = model(**moved)
-                    else:
-                        out = model(*moved) if isinstance(moved, tuple) else model(moved)
-                    if loss_fn is not None and isinstance(batch, (list, tuple)) and len(batch) == 2:
-                        loss = loss_fn(out, map_tensors(batch[1], lambda t: t.to(device)))
-                    else:
-                        loss = sum(t.float().mean() for t in _tensors(out) if t.is_floating_point())
+                    loss = forward_loss(model, to_device(batch, device), loss_fn)
                     if isinstance(loss, torch.Tensor) and loss.requires_grad:
                         loss.backward()  # type: ignore[no-untyped-call]
                 if device.type == "cuda":
