@@ -440,3 +440,120 @@ def test_the_process_probe_reads_memory_at_every_report_and_the_workers_memory_s
     clock.advance(10.0)
     probe()
     assert reads == [77, 77]
+
+
+# --- the trend's lines, at their edges ------------------------------------------------------------
+
+def _judge(floors, headroom=None, held=None, start=1, step=10):
+    trend = FloorTrend("floor", "the device")
+    result = None
+    for i, floor in enumerate(floors):
+        result = trend.add(start + step * i, float(floor), headroom,
+                           held_mb=None if held is None else float(held[i]))
+    return result
+
+
+def test_a_rise_of_4_mb_over_the_readings_is_growth_and_less_is_not():
+    assert _judge([100 + 0.8 * i for i in range(6)]) is not None  # 4.0 MB over the six readings
+    assert _judge([100 + 0.79 * i for i in range(6)]) is None
+    # the rise is the slope times the iterations the readings span: 4 MB over 50 iterations
+    assert _judge([100 + 0.8 * i for i in range(6)], step=1000).mb_per_100 == pytest.approx(0.08)
+
+
+def test_four_rising_steps_of_five_are_enough_and_three_are_not():
+    assert _judge([100, 110, 120, 118, 130, 140]) is not None
+    assert _judge([100, 110, 108, 120, 118, 140]) is None
+    assert _judge([100, 110, 120, 120, 130, 140]) is None  # a repeat adds no reading: five is too few
+    assert _judge([100, 100.005, 100.01, 110, 120, 130]) is None  # steps of 0.01 MB or less do not rise
+
+
+def test_the_line_must_fit_nine_tenths_of_the_readings_variance():
+    floors = [100, 101, 102, 103, 104, 160]  # rising every step, but one jump: R squared 0.55
+    slope, fit = fit_line([(float(i), float(f)) for i, f in enumerate(floors)])
+    assert fit < 0.9
+    assert _judge(floors) is None
+    assert _judge([100, 110, 121, 129, 140, 150]) is not None  # R squared 0.998
+
+
+def test_fit_line_on_points_away_from_the_origin():
+    slope, fit = fit_line([(10.0, 5.0), (20.0, 9.0), (30.0, 7.0), (40.0, 15.0)])
+    # mean x 25, mean y 9; sxx 500, syy 56, sxy 140
+    assert slope == pytest.approx(0.28) and fit == pytest.approx(140 * 140 / (500 * 56))
+    assert fit_line([(1.0, 2.0), (1.0, 2.0)]) == (0.0, 0.0)
+
+
+def test_the_resident_memory_beside_the_floor_sets_the_forecast_when_it_rises_faster():
+    floors = [100 + 4 * i for i in range(6)]
+    held = [300 + 6 * i for i in range(6)]
+    growth = _judge(floors, headroom=600.0, held=held)
+    assert growth.mb_per_100 == pytest.approx(40.0) and growth.held_per_100 == pytest.approx(60.0)
+    assert growth.full_in == pytest.approx(600.0 / 0.6)
+    assert growth.words() == ("floor +40 MB per 100 iterations (resident memory +60 MB: the allocator cannot give "
+                              "back the gaps between what is kept); the device is full in about 1,000 iterations")
+    same = _judge(floors, headroom=600.0, held=[300 + 4.3 * i for i in range(6)])  # under 1.1x: not said
+    assert same.full_in == pytest.approx(600.0 / 0.43) and "resident memory" not in same.words()
+    slower = _judge(floors, headroom=600.0, held=[300 + 2 * i for i in range(6)])
+    assert slower.full_in == pytest.approx(600.0 / 0.4) and slower.held_per_100 == pytest.approx(20.0)
+    trend = FloorTrend("floor", "the device")  # a reading without the memory beside it: none is fitted
+    for i, floor in enumerate(floors):
+        growth = trend.add(10 * i, float(floor), 600.0, held_mb=None if i == 3 else 300.0 + 6 * i)
+    assert growth.held_per_100 is None and growth.full_in == pytest.approx(600.0 / 0.4)
+
+
+def test_small_rates_and_near_forecasts_are_written_plainly():
+    growth = Growth("floor", "the device", 4.5, 42.4, None)
+    assert growth.words() == "floor +4.5 MB per 100 iterations; the device is full in about 42 iterations"
+    assert Growth("floor", "the device", 12.4, 0.0, None).words().endswith("in about 0 iterations")
+    assert Growth("floor", "the device", 0.0123, None, None).words() == "floor +0.012 MB per 100 iterations"
+
+
+def test_no_headroom_left_is_full_now_and_a_floor_of_nothing_has_no_share():
+    growth = _judge([100 + 5 * i for i in range(6)], headroom=-20.0)
+    assert growth.full_in == 0.0 and growth.share == 100.0
+    assert growth_verdict(growth, None).share == 100.0
+    assert growth_verdict(Growth("f", "d", 1.0, None, None), None).share == 0.0
+
+
+def test_fragmentation_at_its_lines():
+    def notice(reserved, allocated):
+        trend = ReservedTrend()
+        trend.add(10, 2000.0, 1000.0)
+        return trend.add(30, reserved, allocated)
+
+    assert notice(2256.0, 1000.0) is not None  # 256 MB and 12.8%: fragmentation
+    assert notice(2255.0, 1000.0) is None
+    assert notice(2256.0, 1085.0) is not None  # the allocated peak grew by less than a third of 256 MB
+    assert notice(2256.0, 1085.4) is None
+    said = notice(2300.0, 1050.0)
+    assert "grew by 300 MB over 20 iterations while the allocated peak grew by 50 MB" in said
+    assert "reserved but not allocated" not in said
+    shrunk = ReservedTrend()
+    shrunk.add(10, 2000.0, 1000.0)
+    assert "allocated peak grew by 0 MB" in shrunk.add(20, 2600.0, 900.0)
+    assert ReservedTrend().add(10, None, 5.0) is None and ReservedTrend().add(10, 5.0, None) is None
+
+
+def test_the_watch_follows_the_device_first_then_the_host_and_says_fragmentation_once():
+    from trainperf.core._memory_watch import MemoryWatch
+
+    said = []
+    watch = MemoryWatch(said.append)
+    assert watch.observe(1, {}, warmup=False) is None
+    growth = None
+    for i in range(8):
+        growth = watch.observe(10 * i, {"cuda_allocated_floor_mb": 100.0 + 5 * i, "cuda_headroom_mb": 1000.0,
+                                        "rss_mb": 500.0 + 9 * i, "rss_floor_mb": 400.0 + 8 * i,
+                                        "cuda_reserved_max_mb": 2000.0 + 300 * i, "cuda_allocated_max_mb": 1000.0},
+                               warmup=i == 0)
+    assert growth.what == "allocated floor" and growth.mb_per_100 == pytest.approx(50.0)
+    assert len(said) == 1 and "fragmentation" in said[0]
+    host = MemoryWatch(said.append)
+    for i in range(8):
+        growth = host.observe(10 * i, {"rss_mb": 500.0 + 12 * i, "rss_floor_mb": 400.0 + 8 * i,
+                                       "rss_headroom_mb": 900.0}, warmup=i == 0)
+    assert growth.what == "resident memory in use" and growth.mb_per_100 == pytest.approx(80.0)
+    assert growth.held_per_100 == pytest.approx(120.0) and growth.full_in == pytest.approx(900.0 / 1.2)
+    plain = MemoryWatch(said.append)  # no floor of its own: the resident memory, nothing beside it
+    for i in range(8):
+        growth = plain.observe(10 * i, {"rss_mb": 500.0 + 12 * i}, warmup=i == 0)
+    assert growth.mb_per_100 == pytest.approx(120.0) and growth.held_per_100 is None
