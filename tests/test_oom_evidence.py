@@ -1,0 +1,499 @@
+"""An out-of-memory error leaves its evidence under every adapter (a fake CUDA allocator on the CPU, and
+real ``MemoryError``s), the error itself goes on unchanged, a disk that refuses is said, and the
+allocator's history is recorded from the start, once memory runs short, or never."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import json
+import logging
+import pickle
+import sys
+import warnings
+
+import pytest
+import torch
+
+from _fake_cuda_oom import FakeAllocator
+from trainperf import PerformanceListener
+from trainperf.torch import ListenerModule, attach
+from trainperf.torch import _oom, _oom_sites
+
+BIG = (4096, 1024)  # a float32 tensor of 16 MiB, larger than anything else a test keeps alive
+
+
+@pytest.fixture(autouse=True)
+def _collected():
+    """The tensors an earlier test's tracebacks kept in reference cycles are gone: the largest live tensor
+    is the one each test keeps."""
+    gc.collect()
+
+
+def folders(root):
+    return sorted(p for p in root.iterdir() if p.name.startswith("oom-")) if root.exists() else []
+
+
+def evidence_of(folder):
+    return json.loads((folder / "evidence.json").read_text())
+
+
+class Net(torch.nn.Module):
+    """Fails in its forward pass at iteration ``fail_at`` with ``fail()``."""
+
+    def __init__(self, fail, fail_at=3):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        self.fail, self.fail_at, self.calls = fail, fail_at, 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            self.fail()
+        return self.layer(x)
+
+
+def batches(n=6):
+    return [(torch.randn(2, 4), torch.randn(2, 1)) for _ in range(n)]
+
+
+def run_attach(listener, fail, fail_at=3):
+    model = Net(fail, fail_at)
+    attach(model, listener)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in batches():
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+class FitNet(ListenerModule, Net):
+    pass
+
+
+def run_fit(listener, fail, fail_at=3):
+    model = FitNet(fail, fail_at)
+    model.set_listeners(listener)
+    model.fit(batches(), torch.optim.SGD(model.parameters(), lr=0.1), torch.nn.functional.mse_loss)
+
+
+def raising(error):
+    def fail():
+        raise error
+    return fail
+
+
+def check_cuda_folder(folder, raised, iteration=2):
+    snapshot = pickle.loads((folder / "snapshot.pickle").read_bytes())
+    assert {"segments", "device_traces"} <= set(snapshot)
+    evidence = evidence_of(folder)
+    assert evidence["kind"] == "cuda" and evidence["iteration"] == iteration
+    assert evidence["exception"]["type"] == "torch.OutOfMemoryError" and evidence["exception"]["raised"]
+    assert evidence["exception"]["message"] == str(raised)
+    assert "raise torch.OutOfMemoryError" in evidence["exception"]["traceback"]
+    assert evidence["at_oom"] == {"device": 0, "requested_bytes": 2 * 2**30, "device_allocated_bytes": 1400 * 2**20,
+                                  "device_free_bytes": 10 * 2**20}
+    assert evidence["last_record"]["iteration"] == iteration
+    assert evidence["history"]["recorded"] and evidence["history"]["since"]["iteration"] == 0
+    assert evidence["snapshot"] == "snapshot.pickle"
+    top = evidence["largest_sites"][0]
+    assert top["site"].endswith("_fake_cuda_oom.py:20") and top["bytes"] == 1200 * 2**20 and top["blocks"] == 2
+    assert top["share"] == pytest.approx(1200 / 1400)
+
+
+@pytest.mark.parametrize("adapter", [run_attach, run_fit])
+def test_a_cuda_oom_leaves_a_complete_folder_ten_times_in_ten_and_the_same_error_reaches_the_loop(
+        adapter, monkeypatch, tmp_path):
+    allocator = FakeAllocator(monkeypatch)
+    for n in range(10):
+        run_dir = tmp_path / f"run{n}"
+        listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=run_dir, memory_history="start")
+        with pytest.raises(torch.OutOfMemoryError) as caught:
+            adapter(listener, allocator.oom)
+        listener.close()
+        found = folders(run_dir / "rank-0")
+        assert len(found) == 1
+        check_cuda_folder(found[0], caught.value)
+        assert caught.value.__traceback__ is not None
+    assert allocator.snapshots == 10 and len(allocator.observers) == 1  # attached once per process
+
+
+def test_the_error_reaching_the_loop_is_the_object_raised_with_its_traceback(monkeypatch, tmp_path):
+    FakeAllocator(monkeypatch)
+    error = MemoryError("no more")
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
+    with pytest.raises(MemoryError) as caught:
+        run_attach(listener, raising(error))
+    assert caught.value is error
+    names = [frame.name for frame in __import__("traceback").extract_tb(caught.value.__traceback__)]
+    assert names[-1] == "fail" and "forward" in names
+    listener.close()
+
+
+def test_without_a_run_directory_the_evidence_goes_to_trainperf_oom_in_the_working_directory(
+        monkeypatch, tmp_path, caplog):
+    allocator = FakeAllocator(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, memory_history="start")
+    with caplog.at_level(logging.WARNING, logger="trainperf"), pytest.raises(torch.OutOfMemoryError):
+        run_attach(listener, allocator.oom)
+    listener.close()
+    [folder] = folders(tmp_path / "trainperf-oom")
+    lines = [r.getMessage() for r in caplog.records if "out of memory" in r.getMessage()]
+    assert len(lines) == 1
+    assert lines[0].startswith(f"trainperf: out of memory at iteration 2; evidence in {folder}/: 86% of live memory")
+    assert "allocated at _fake_cuda_oom.py:20" in lines[0] and "2 blocks" in lines[0]
+
+
+def test_lightning_callback_leaves_the_evidence_of_a_cuda_oom_ten_times_in_ten(monkeypatch, tmp_path):
+    L = pytest.importorskip("lightning.pytorch")
+    from trainperf.lightning import PerformanceCallback
+
+    allocator = FakeAllocator(monkeypatch)
+
+    class Model(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 2:
+                allocator.oom()
+            return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    for n in range(10):
+        callback = PerformanceCallback(1, sinks=[], run_dir=tmp_path / f"run{n}", memory_history="start")
+        trainer = L.Trainer(callbacks=[callback], enable_progress_bar=False, enable_model_summary=False,
+                            enable_checkpointing=False, logger=False, default_root_dir=tmp_path, accelerator="cpu",
+                            devices=1, max_steps=6)
+        with warnings.catch_warnings(), pytest.raises(torch.OutOfMemoryError) as caught:
+            warnings.simplefilter("ignore")
+            trainer.fit(Model(), torch.utils.data.DataLoader(batches(), batch_size=None))
+        [folder] = folders(tmp_path / f"run{n}" / "rank-0")
+        check_cuda_folder(folder, caught.value)
+
+
+def _tiny_trainer(tmp_path, callback, fail):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+
+    class Data(torch.utils.data.Dataset):
+        def __len__(self):
+            return 24
+
+        def __getitem__(self, i):
+            ids = torch.randint(1, 64, (8,), generator=torch.Generator().manual_seed(i))
+            return {"input_ids": ids, "labels": ids}
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=64, n_positions=8, n_embd=16, n_layer=1,
+                                                                 n_head=2))
+    forward, calls = model.forward, []
+
+    @functools.wraps(forward)  # the Trainer keeps the columns the forward's signature names
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            fail()
+        return forward(*args, **kwargs)
+
+    model.forward = failing
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,
+                                          max_steps=6, report_to=[], save_strategy="no", use_cpu=True,
+                                          dataloader_num_workers=0, disable_tqdm=True)
+    return transformers.Trainer(model=model, args=args, train_dataset=Data(), callbacks=[callback])
+
+
+def test_the_trainer_callback_leaves_the_evidence_of_a_cuda_oom(monkeypatch, tmp_path):
+    pytest.importorskip("transformers")
+    from trainperf.transformers import PerformanceCallback
+
+    allocator = FakeAllocator(monkeypatch)
+    for n in range(3):
+        callback = PerformanceCallback(1, sinks=[], run_dir=tmp_path / f"run{n}", memory_history="start")
+        trainer = _tiny_trainer(tmp_path, callback, allocator.oom)
+        with warnings.catch_warnings(), pytest.raises(torch.OutOfMemoryError) as caught:
+            warnings.simplefilter("ignore")
+            trainer.train()
+        callback.close()
+        [folder] = folders(tmp_path / f"run{n}" / "rank-0")
+        check_cuda_folder(folder, caught.value)
+
+
+# -- MemoryError on the CPU -----------------------------------------------------------------------
+
+def check_cpu_folder(root, error, kept):
+    [folder] = folders(root)
+    assert not (folder / "snapshot.pickle").exists()
+    evidence = evidence_of(folder)
+    assert evidence["kind"] == "cpu" and evidence["iteration"] == 2
+    assert evidence["exception"]["type"] == "builtins.MemoryError"
+    assert evidence["exception"]["message"] == str(error) and evidence["exception"]["raised"]
+    assert evidence["last_record"]["iteration"] == 2
+    assert set(evidence["at_oom"]) == {"rss_bytes", "peak_rss_bytes"} and evidence["at_oom"]["peak_rss_bytes"] > 0
+    top = evidence["largest_sites"][0]
+    assert (top["shape"], top["dtype"], top["bytes"]) == (list(kept.shape), "float32", kept.nbytes)
+    assert evidence["history"]["recorded"] is False
+    return evidence
+
+
+@pytest.mark.parametrize("adapter", [run_attach, run_fit])
+def test_a_memory_error_in_a_step_leaves_the_last_record_and_the_largest_live_tensor_first(adapter, tmp_path):
+    kept = torch.ones(*BIG)
+    error = MemoryError("cannot allocate 8 GB")
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
+    with pytest.raises(MemoryError) as caught:
+        adapter(listener, raising(error))
+    listener.close()
+    assert caught.value is error
+    check_cpu_folder(tmp_path / "rank-0", error, kept)
+
+
+def test_lightning_callback_leaves_the_evidence_of_a_memory_error(tmp_path):
+    L = pytest.importorskip("lightning.pytorch")
+    from trainperf.lightning import PerformanceCallback
+
+    kept = torch.ones(*BIG)
+    error = MemoryError("cannot allocate")
+
+    class Model(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 2:
+                raise error
+            return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    callback = PerformanceCallback(1, sinks=[], run_dir=tmp_path)
+    trainer = L.Trainer(callbacks=[callback], enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False, logger=False, default_root_dir=tmp_path, accelerator="cpu",
+                        devices=1, max_steps=6)
+    with warnings.catch_warnings(), pytest.raises(MemoryError) as caught:
+        warnings.simplefilter("ignore")
+        trainer.fit(Model(), torch.utils.data.DataLoader(batches(), batch_size=None))
+    assert caught.value is error
+    check_cpu_folder(tmp_path / "rank-0", error, kept)
+
+
+def test_the_trainer_callback_leaves_the_evidence_of_a_memory_error(tmp_path):
+    pytest.importorskip("transformers")
+    from trainperf.transformers import PerformanceCallback
+
+    kept = torch.ones(*BIG)
+    error = MemoryError("cannot allocate")
+    callback = PerformanceCallback(1, sinks=[], run_dir=tmp_path)
+    trainer = _tiny_trainer(tmp_path, callback, raising(error))
+    with warnings.catch_warnings(), pytest.raises(MemoryError) as caught:
+        warnings.simplefilter("ignore")
+        trainer.train()
+    callback.close()
+    assert caught.value is error
+    check_cpu_folder(tmp_path / "rank-0", error, kept)
+
+
+def test_a_memory_error_nobody_caught_reaches_the_chained_excepthook(tmp_path, monkeypatch):
+    """Outside every adapter's frames (here, after the step): the excepthook writes it, then calls the
+    hook that was there before."""
+    before = []
+    monkeypatch.setattr(sys, "excepthook", lambda *a: before.append(a))
+    kept = torch.ones(*BIG)
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
+    with pytest.raises(MemoryError) as caught:
+        run_attach(listener, lambda: None)
+        raise MemoryError("after the loop")
+    sys.excepthook(MemoryError, caught.value, caught.value.__traceback__)
+    assert before == [(MemoryError, caught.value, caught.value.__traceback__)]
+    [folder] = folders(tmp_path / "rank-0")
+    assert evidence_of(folder)["largest_sites"][0]["bytes"] == kept.nbytes
+    listener.close()  # the last watch gone: the hook before is back
+    assert sys.excepthook is not _oom._excepthook
+
+
+# -- a disk that refuses ----------------------------------------------------------------------------
+
+def test_a_disk_that_refuses_is_said_and_the_error_goes_on_unchanged(tmp_path, monkeypatch, caplog):
+    from trainperf.base import _atomic
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    error = MemoryError("cannot allocate")
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
+    monkeypatch.setattr(_atomic, "_create_beside", full)
+    with caplog.at_level(logging.WARNING, logger="trainperf"), pytest.raises(MemoryError) as caught:
+        run_attach(listener, raising(error))
+    assert caught.value is error
+    said = [r.getMessage() for r in caplog.records if "could not be written" in r.getMessage()]
+    assert len(said) == 1 and "No space left on device" in said[0] and "iteration 2" in said[0]
+    [folder] = folders(tmp_path / "rank-0")
+    assert list(folder.iterdir()) == []
+    listener.close()
+
+
+@pytest.mark.parametrize("crash_on", ["snapshot.pickle", "evidence.json"])
+def test_a_crash_mid_write_leaves_no_half_file(tmp_path, monkeypatch, crash_on):
+    """The process dies between writing a file and renaming it: what is there is whole, or absent."""
+    from trainperf.base import _atomic
+
+    allocator = FakeAllocator(monkeypatch)
+    real_replace = _atomic.os.replace
+
+    def crash(src, dst):
+        if str(dst).endswith(crash_on):
+            raise OSError("killed")  # what the folder holds after a kill at this point
+        real_replace(src, dst)
+
+    monkeypatch.setattr(_atomic.os, "replace", crash)
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path, memory_history="start")
+    with pytest.raises(torch.OutOfMemoryError):
+        run_attach(listener, allocator.oom)
+    listener.close()
+    [folder] = folders(tmp_path / "rank-0")
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ([] if crash_on == "snapshot.pickle" else ["snapshot.pickle"])
+    for name in names:
+        pickle.loads((folder / name).read_bytes())
+
+
+def test_two_errors_in_the_same_iteration_and_second_get_two_folders(tmp_path):
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
+    watch = _oom.OomWatch(listener, torch.device("cpu"))
+    watch.start()
+    try:
+        watch.saw(MemoryError("a"))
+        watch.saw(MemoryError("b"))
+        again = MemoryError("c")
+        watch.saw(again)
+        watch.saw(again)  # the same error seen twice (a frame, then the excepthook): one folder
+    finally:
+        watch.stop()
+        listener.close()
+    found = folders(tmp_path / "rank-0")
+    assert len(found) == 3 and len({p.name for p in found}) == 3
+    assert sorted(evidence_of(p)["exception"]["message"] for p in found) == ["a", "b", "c"]
+
+
+# -- the allocator's history ------------------------------------------------------------------------
+
+def run_cuda(allocator, mode, reserved=(), frequency=1, **options):
+    """Train 6 steps under attach on the fake CUDA device; ``reserved[i]`` the reserved peak of report i."""
+    listener = PerformanceListener(frequency, sinks=[], sink_thread=False, memory_history=mode, **options)
+    model = torch.nn.Linear(4, 1)
+    attach(model, listener)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = []
+    for i, (x, y) in enumerate(batches()):
+        if i < len(reserved):
+            allocator.reserved_mb = reserved[i]
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        seen.append(len(allocator.calls))
+    listener.close()
+    return seen
+
+
+def test_history_from_the_start_records_python_stacks_at_set_up_and_stops_at_close(monkeypatch):
+    allocator = FakeAllocator(monkeypatch)
+    seen = run_cuda(allocator, "start")
+    assert seen[0] == 1 and allocator.calls == [
+        {"enabled": "all", "stacks": "python", "max_entries": 100_000}, {"enabled": None, "stacks": "all",
+                                                                         "max_entries": None}]
+    assert allocator.history is False
+
+
+def test_history_when_short_starts_at_the_first_report_at_90_percent_and_not_before(monkeypatch):
+    allocator = FakeAllocator(monkeypatch, total=10 * 1024 * 2**20)  # 10240 MB: the line is 9216 MB
+    # the reserved peak of each step's report: the one at 9216 MB is the fourth report
+    seen = run_cuda(allocator, "when_short", reserved=(1000, 9000, 9215.9, 9216, 100, 9500))
+    starts = [i for i, n in enumerate(seen) if n]
+    assert starts[0] == 3 and seen[:4] == [0, 0, 0, 1] and seen[-1] == 1
+    assert allocator.calls[0]["stacks"] == "python" and allocator.calls[-1]["enabled"] is None
+    assert len(allocator.calls) == 2
+
+
+def test_history_never_is_never_switched_and_one_already_on_is_left_alone(monkeypatch):
+    allocator = FakeAllocator(monkeypatch)
+    assert run_cuda(allocator, "never", reserved=(10_000,) * 6) == [0] * 6 and allocator.calls == []
+    allocator.history = True  # the user's own
+    run_cuda(allocator, "start")
+    run_cuda(allocator, "when_short", reserved=(10_000,) * 6)
+    assert allocator.calls == [] and allocator.history is True
+
+
+def test_the_history_and_the_watch_add_no_device_synchronisation(monkeypatch):
+    allocator = FakeAllocator(monkeypatch)
+    waits = {}
+    for mode in ("never", "start", "when_short"):
+        allocator.timeline.calls.clear()
+        run_cuda(allocator, mode, reserved=(10_000,) * 6, frequency=2)
+        waits[mode] = allocator.timeline.calls["wait"]
+    assert allocator.device.user_syncs == 0
+    assert waits["start"] == waits["when_short"] == waits["never"] <= 1  # the one at close, if any
+
+
+def test_memory_history_is_checked_at_construction_naming_the_argument():
+    with pytest.raises(ValueError, match=r"memory_history must be one of 'when_short', 'start', 'never', got 'on'"):
+        PerformanceListener(memory_history="on")
+
+
+# -- the sites ------------------------------------------------------------------------------------
+
+def test_cuda_sites_group_live_blocks_by_the_first_frame_outside_torch_and_trainperf():
+    own = ("/site/torch/", "/site/trainperf/")
+
+    def block(size, frames, state="active_allocated"):
+        return {"size": size, "state": state, "frames": frames}
+
+    user = {"filename": "/me/model.py", "line": 88, "name": "attn"}
+    other = {"filename": "/me/train.py", "line": 40, "name": "step"}
+    inner = {"filename": "/site/torch/nn/functional.py", "line": 1, "name": "linear"}
+    ours = {"filename": "/site/trainperf/torch/_tap.py", "line": 2, "name": "__call__"}
+    snapshot = {"segments": [{"blocks": [block(300, [inner, ours, user]), block(300, [inner, user]),
+                                         block(100, [other]), block(50, []), block(999, [user], "inactive")]}]}
+    sites = _oom_sites.cuda_sites(snapshot, own)
+    assert [(s["site"], s["bytes"], s["blocks"]) for s in sites] == [
+        ("/me/model.py:88", 600, 2), ("/me/train.py:40", 100, 1), (None, 50, 1)]
+    assert [round(s["share"], 4) for s in sites] == [round(600 / 750, 4), round(100 / 750, 4), round(50 / 750, 4)]
+    text = _oom_sites.said_sites(sites, cuda=True)
+    assert text.startswith("80% of live memory (600 B) allocated at model.py:88 (2 blocks), 13% (100 B) at train.py:40")
+    assert text.endswith("7% (50 B) in 1 blocks allocated with no stack recorded")
+
+
+def test_cpu_tensors_count_each_storage_once_and_group_by_shape_dtype_and_grad_fn():
+    base = torch.zeros(100, 10)
+    view = base[:50]  # the same storage: counted with the first tensor found on it
+    w = torch.ones(10, requires_grad=True)
+    grads = [torch.ones(5, 10) * w for _ in range(3)]
+    groups = _oom_sites.cpu_tensor_groups([base, view, *grads, "not a tensor"])
+    assert groups[0] == {"shape": [100, 10], "dtype": "float32", "grad_fn": None, "bytes": 4000, "tensors": 1,
+                         "share": pytest.approx(4000 / 4600)}
+    assert groups[1]["grad_fn"] == "MulBackward0" and (groups[1]["bytes"], groups[1]["tensors"]) == (600, 3)
+    assert groups[2] == {"shape": [50, 10], "dtype": "float32", "grad_fn": None, "bytes": 0, "tensors": 1,
+                         "share": 0.0}
+    text = _oom_sites.said_sites(groups, cuda=False)
+    assert text.startswith("87% of live CPU tensors (3.9 KB) in 1 float32[100, 10] tensor(s), 13% (600 B) in 3 ")
+
+
+def test_tracemalloc_top_lines_are_kept_when_it_is_tracing(tmp_path):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
+        with pytest.raises(MemoryError):
+            run_attach(listener, raising(MemoryError("x")))
+        listener.close()
+    finally:
+        tracemalloc.stop()
+    [folder] = folders(tmp_path / "rank-0")
+    top = evidence_of(folder)["tracemalloc"]
+    assert top and all(set(t) == {"site", "bytes", "count"} and t["bytes"] > 0 for t in top)
