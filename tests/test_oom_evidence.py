@@ -17,8 +17,7 @@ import torch
 
 from _fake_cuda_oom import FakeAllocator
 from trainperf import PerformanceListener
-from trainperf.torch import ListenerModule, attach
-from trainperf.torch import _oom, _oom_sites
+from trainperf.torch import ListenerModule, _oom, _oom_sites, attach
 
 BIG = (4096, 1024)  # a float32 tensor of 16 MiB, larger than anything else a test keeps alive
 
@@ -303,6 +302,8 @@ def test_a_memory_error_nobody_caught_reaches_the_chained_excepthook(tmp_path, m
     """Outside every adapter's frames (here, after the step): the excepthook writes it, then calls the
     hook that was there before."""
     before = []
+    monkeypatch.setattr(_oom, "_watches", [])  # no training left watched by an earlier test
+    monkeypatch.setattr(_oom, "_hooked", None)
     monkeypatch.setattr(sys, "excepthook", lambda *a: before.append(a))
     kept = torch.ones(*BIG)
     listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)

@@ -109,7 +109,7 @@ class OomWatch:
         self.cuda = getattr(device, "type", None) == "cuda"
         self.history = history
         self._sink: Any = None
-        if listener.options.run_dir is not None:
+        if getattr(listener.options, "run_dir", None) is not None:
             from ..ranks import RunDirSink
 
             self._sink = next((s for s in listener.sinks if isinstance(s, RunDirSink)), None)

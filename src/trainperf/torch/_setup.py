@@ -119,7 +119,7 @@ class TrainingSetup(Teardown):
         if getattr(device, "type", None) == "cuda":
             if device.index is None:
                 device = torch.device("cuda", torch.cuda.current_device())
-            history = MemoryHistory(listener, device, listener.options.memory_history)
+            history = MemoryHistory(listener, device, getattr(listener.options, "memory_history", "never"))
         if device is not None:
             use_model_device(listener, device, timeline_factory, history)
         if self.oom is None:
