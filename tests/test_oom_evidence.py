@@ -17,7 +17,7 @@ import torch
 
 from _fake_cuda_oom import FakeAllocator
 from trainperf import PerformanceListener
-from trainperf.torch import ListenerModule, _oom, _oom_sites, attach
+from trainperf.torch import ListenerModule, _oom, _oom_sites, attach, timed
 
 BIG = (4096, 1024)  # a float32 tensor of 16 MiB, larger than anything else a test keeps alive
 
@@ -66,6 +66,16 @@ def run_attach(listener, fail, fail_at=3):
         opt.step()
 
 
+def run_timed(listener, fail, fail_at=3):
+    model = Net(fail, fail_at)
+    attach(model, listener)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in timed(batches(), model):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
 class FitNet(ListenerModule, Net):
     pass
 
@@ -100,7 +110,7 @@ def check_cuda_folder(folder, raised, iteration=2):
     assert top["share"] == pytest.approx(1200 / 1400)
 
 
-@pytest.mark.parametrize("adapter", [run_attach, run_fit])
+@pytest.mark.parametrize("adapter", [run_attach, run_timed, run_fit])
 def test_a_cuda_oom_leaves_a_complete_folder_ten_times_in_ten_and_the_same_error_reaches_the_loop(
         adapter, monkeypatch, tmp_path):
     allocator = FakeAllocator(monkeypatch)
@@ -211,7 +221,7 @@ def test_the_trainer_callback_leaves_the_evidence_of_a_cuda_oom(monkeypatch, tmp
     from trainperf.transformers import PerformanceCallback
 
     allocator = FakeAllocator(monkeypatch)
-    for n in range(3):
+    for n in range(10):
         callback = PerformanceCallback(1, sinks=[], run_dir=tmp_path / f"run{n}", memory_history="start")
         trainer = _tiny_trainer(tmp_path, callback, allocator.oom)
         with warnings.catch_warnings(), pytest.raises(torch.OutOfMemoryError) as caught:
@@ -239,7 +249,7 @@ def check_cpu_folder(root, error, kept):
     return evidence
 
 
-@pytest.mark.parametrize("adapter", [run_attach, run_fit])
+@pytest.mark.parametrize("adapter", [run_attach, run_timed, run_fit])
 def test_a_memory_error_in_a_step_leaves_the_last_record_and_the_largest_live_tensor_first(adapter, tmp_path):
     kept = torch.ones(*BIG)
     error = MemoryError("cannot allocate 8 GB")
@@ -249,6 +259,30 @@ def test_a_memory_error_in_a_step_leaves_the_last_record_and_the_largest_live_te
     listener.close()
     assert caught.value is error
     check_cpu_folder(tmp_path / "rank-0", error, kept)
+
+
+def test_a_memory_error_in_the_loaders_fetch_under_timed_leaves_its_evidence(tmp_path):
+    class Data(torch.utils.data.Dataset):
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            if i == 2:
+                raise MemoryError("cannot collate")
+            return torch.randn(2, 4), torch.randn(2, 1)
+
+    kept = torch.ones(*BIG)
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
+    model = torch.nn.Linear(4, 1)
+    attach(model, listener)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(MemoryError, match="cannot collate") as caught:
+        for x, y in timed(torch.utils.data.DataLoader(Data(), batch_size=None), model):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    listener.close()
+    check_cpu_folder(tmp_path / "rank-0", caught.value, kept)
 
 
 def test_lightning_callback_leaves_the_evidence_of_a_memory_error(tmp_path):
