@@ -398,6 +398,36 @@ def test_a_crash_mid_write_leaves_no_half_file(tmp_path, monkeypatch, crash_on):
         pickle.loads((folder / name).read_bytes())
 
 
+def test_a_snapshot_that_fails_leaves_the_rest_of_the_evidence_and_says_why(monkeypatch, tmp_path):
+    allocator = FakeAllocator(monkeypatch)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("snapshot refused")
+
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", broken)
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
+    with pytest.raises(torch.OutOfMemoryError) as caught:
+        run_attach(listener, allocator.oom)
+    listener.close()
+    [folder] = folders(tmp_path / "rank-0")
+    assert [p.name for p in folder.iterdir()] == ["evidence.json"]
+    evidence = evidence_of(folder)
+    assert evidence["snapshot"] is None and evidence["largest_sites"] == []
+    assert "snapshot refused" in evidence["snapshot_error"] and evidence["exception"]["message"] == str(caught.value)
+
+
+def test_an_observer_that_cannot_gather_is_said_and_lets_the_allocator_raise(monkeypatch, tmp_path, caplog):
+    allocator = FakeAllocator(monkeypatch)
+    monkeypatch.setattr(_oom.traceback, "format_stack", lambda: 1 / 0)
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="trainperf"), pytest.raises(torch.OutOfMemoryError):
+        run_attach(listener, allocator.oom)
+    listener.close()
+    said = [r.getMessage() for r in caplog.records if "could not be gathered" in r.getMessage()]
+    assert said == ["trainperf: out of memory on device 0; its evidence could not be gathered: "
+                    "ZeroDivisionError('division by zero')"]
+
+
 def test_two_errors_in_the_same_iteration_and_second_get_two_folders(tmp_path):
     listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
     watch = _oom.OomWatch(listener, torch.device("cpu"))

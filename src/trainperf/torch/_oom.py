@@ -153,13 +153,17 @@ class OomWatch:
     def on_cuda_oom(self, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
         """The allocator could not allocate ``alloc`` bytes on ``device``: write the snapshot and the evidence
         now (the Python stack is the allocation's), completed with the error when an adapter sees it."""
-        stack = "".join(traceback.format_stack()[:-2])
-        at_oom = {"device": device, "requested_bytes": alloc, "device_allocated_bytes": device_allocated,
-                  "device_free_bytes": device_free}
-        exception = {"type": "torch.OutOfMemoryError", "raised": False, "traceback": stack,
-                     "message": f"CUDA out of memory: {alloc} bytes requested on device {device} "
-                                "(the allocator's observer, before the error is raised)"}
-        self._pending = self._write(exception, at_oom)
+        try:  # nothing may escape into the allocator
+            stack = "".join(traceback.format_stack()[:-2])
+            at_oom = {"device": device, "requested_bytes": alloc, "device_allocated_bytes": device_allocated,
+                      "device_free_bytes": device_free}
+            exception = {"type": "torch.OutOfMemoryError", "raised": False, "traceback": stack,
+                         "message": f"CUDA out of memory: {alloc} bytes requested on device {device} "
+                                    "(the allocator's observer, before the error is raised)"}
+            self._pending = self._write(exception, at_oom)
+        except Exception as failure:  # noqa: BLE001 - said; the allocator raises its error as ever
+            _log.warning("trainperf: out of memory on device %s; its evidence could not be gathered: %r", device,
+                         failure)
 
     def saw(self, error: BaseException) -> None:
         """``error`` went by an adapter: an out-of-memory error leaves its evidence, once. The caller raises
@@ -171,8 +175,12 @@ class OomWatch:
         except Exception:  # noqa: BLE001 - an error that takes no attribute may be written twice
             pass
         pending, self._pending = self._pending, None
-        exception = {"type": f"{type(error).__module__}.{type(error).__qualname__}", "raised": True,
-                     "message": str(error), "traceback": "".join(traceback.format_exception(error))}
+        try:
+            exception = {"type": f"{type(error).__module__}.{type(error).__qualname__}", "raised": True,
+                         "message": str(error), "traceback": "".join(traceback.format_exception(error))}
+        except Exception as failure:  # noqa: BLE001 - an error whose text cannot be made: said by its type
+            exception = {"type": type(error).__qualname__, "raised": True, "message": None,
+                         "traceback": None, "unreadable": repr(failure)}
         if pending is not None and isinstance(error, torch.OutOfMemoryError):
             folder, evidence = pending
             if folder is None:  # the observer's write failed, and said so: not tried again
@@ -193,8 +201,10 @@ class OomWatch:
         root = None
         try:
             root = self.root
-            snapshot = _snapshot() if self.cuda else None
+            snapshot, failed = _snapshot() if self.cuda else (None, None)
             evidence = self._gather(iteration, exception, at_oom, snapshot)
+            if failed is not None:
+                evidence["snapshot_error"] = failed
             folder = _new_folder(root, iteration)
             if snapshot is not None:
                 atomic_write(folder / "snapshot.pickle", lambda f: pickle.dump(snapshot, f, protocol=4), binary=True)
@@ -239,13 +249,17 @@ class OomWatch:
                 "max_entries": HISTORY_ENTRIES}
 
 
-def _snapshot() -> dict[str, Any] | None:
-    """The allocator's snapshot (``None`` where torch has no CUDA)."""
+def _snapshot() -> tuple[dict[str, Any] | None, str | None]:
+    """The allocator's snapshot (``None`` where torch has no CUDA), and why there is none when taking it
+    failed: the evidence is written without it."""
     if getattr(torch._C, "_cuda_memorySnapshot", None) is None:
-        return None
+        return None, "this torch has no CUDA allocator snapshot"
     memory: Any = torch.cuda.memory
-    snapshot: dict[str, Any] = memory._snapshot()
-    return snapshot
+    try:
+        snapshot: dict[str, Any] = memory._snapshot()
+    except Exception as failure:  # noqa: BLE001 - the rest of the evidence still helps
+        return None, repr(failure)
+    return snapshot, None
 
 
 def _new_folder(root: Path, iteration: int) -> Path:
