@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import gc
 import json
+import linecache
 import logging
 import pickle
 import sys
@@ -107,7 +108,8 @@ def check_cuda_folder(folder, raised, iteration=2):
     assert evidence["snapshot"] == "snapshot.pickle"
     top = evidence["largest_sites"][0]
     assert top["site"].endswith("_fake_cuda_oom.py:20") and top["bytes"] == 1200 * 2**20 and top["blocks"] == 2
-    assert top["share"] == pytest.approx(1200 / 1400)
+    assert top["share"] == pytest.approx(1200 / 1400) and top["function"] == "forward"
+    assert top["code"] == linecache.getline(top["site"].rsplit(":", 1)[0], 20).strip()
 
 
 @pytest.mark.parametrize("adapter", [run_attach, run_timed, run_fit])
@@ -485,6 +487,25 @@ def test_history_when_short_starts_at_the_first_report_at_90_percent_and_not_bef
     assert len(allocator.calls) == 2
 
 
+def test_history_since_is_the_wall_time_and_the_iteration_it_started_at(monkeypatch):
+    from trainperf.torch._memory_history import MemoryHistory, history_enabled
+
+    allocator = FakeAllocator(monkeypatch)
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, wall_clock=lambda: 1234.5)
+    for _ in range(3):
+        listener.record_iteration()
+    history = MemoryHistory(listener, torch.device("cuda", 0), "start")
+    assert (history.since, history.recorded) == (None, False)
+    history.start()
+    assert (history.since, history.recorded, history.theirs) == ((1234.5, 3), True, False)
+    history.stop()
+    history.stop()  # once
+    assert allocator.calls[-1]["enabled"] is None and len(allocator.calls) == 2 and not history.recorded
+    monkeypatch.delattr(torch._C, "_cuda_isHistoryEnabled")
+    assert history_enabled() is False  # a torch that cannot say
+    listener.close()
+
+
 def test_history_never_is_never_switched_and_one_already_on_is_left_alone(monkeypatch):
     allocator = FakeAllocator(monkeypatch)
     assert run_cuda(allocator, "never", reserved=(10_000,) * 6) == [0] * 6 and allocator.calls == []
@@ -531,6 +552,57 @@ def test_cuda_sites_group_live_blocks_by_the_first_frame_outside_torch_and_train
     text = _oom_sites.said_sites(sites, cuda=True)
     assert text.startswith("80% of live memory (600 B) allocated at model.py:88 (2 blocks), 13% (100 B) at train.py:40")
     assert text.endswith("7% (50 B) in 1 blocks allocated with no stack recorded")
+
+
+def test_frames_of_frozen_modules_and_without_a_file_are_not_sites_and_code_is_the_lines_text(tmp_path):
+    source = tmp_path / "model.py"
+    source.write_text("a = 1\n    scores = q @ k.transpose(-2, -1) * scale_of_the_attention_heads\n")
+    frames = [{"filename": "<frozen importlib>", "line": 5, "name": "x"}, {"filename": "", "line": 1, "name": "y"},
+              {"filename": str(source), "line": 2, "name": "attn"}]
+    [site] = _oom_sites.cuda_sites({"segments": [{"blocks": [{"size": 3 * 2**30, "state": "active_allocated",
+                                                               "frames": frames}]}]}, ())
+    assert site == {"site": f"{source}:2", "function": "attn", "bytes": 3 * 2**30, "blocks": 1, "share": 1.0,
+                    "code": "scores = q @ k.transpose(-2, -1) * scale_of_the_attention_heads"}
+    assert _oom_sites.said_sites([site], cuda=True) == (
+        "100% of live memory (3.0 GB) allocated at model.py:2 (scores = q @ k.transpose(-2, -1) * scale, 1 blocks)")
+    assert _oom_sites.cuda_sites({"segments": []}) == [] and _oom_sites.said_sites([], cuda=True) == (
+        "no live allocation found")
+
+
+def test_at_most_ten_sites_and_groups_are_kept_largest_first():
+    blocks = [{"size": 100 + n, "state": "active_allocated", "frames": [{"filename": f"/u/f{n}.py", "line": n}]}
+              for n in range(12)]
+    sites = _oom_sites.cuda_sites({"segments": [{"blocks": blocks}]}, ())
+    assert [s["bytes"] for s in sites] == [111 - n for n in range(10)]
+    assert sites[0]["share"] == pytest.approx(111 / sum(100 + n for n in range(12)))
+    groups = _oom_sites.cpu_tensor_groups([torch.zeros(n + 1) for n in range(12)])
+    assert [g["bytes"] for g in groups] == [4 * (12 - n) for n in range(10)]
+    assert _oom_sites.said_sites(groups, cuda=False).count(" in 1 float32") == 3
+
+
+@pytest.mark.parametrize("nbytes, said", [(1023, "1023 B"), (1024, "1.0 KB"), (2**20, "1.0 MB"),
+                                          (2**30 - 1, "1024.0 MB"), (2**30, "1.0 GB")])
+def test_sizes_are_said_in_the_largest_unit_they_reach(nbytes, said):
+    assert _oom_sites._size(nbytes) == said
+
+
+def test_the_process_memory_is_psutils_rss_and_the_kernels_peak():
+    import resource
+
+    import psutil
+
+    figures = _oom_sites.process_memory()
+    rss = psutil.Process().memory_info().rss
+    assert abs(figures["rss_bytes"] - rss) < 64 * 2**20
+    assert figures["peak_rss_bytes"] == resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    assert figures["peak_rss_bytes"] >= figures["rss_bytes"] - 64 * 2**20
+
+
+def test_cpu_tensors_leave_out_other_devices_and_tensors_without_a_plain_storage():
+    sparse = torch.zeros(3, 3).to_sparse()
+    meta = torch.zeros(1000, device="meta")
+    groups = _oom_sites.cpu_tensor_groups([sparse, meta, torch.zeros(2)])
+    assert [(g["shape"], g["bytes"]) for g in groups] == [([2], 8)]
 
 
 def test_cpu_tensors_count_each_storage_once_and_group_by_shape_dtype_and_grad_fn():
