@@ -569,6 +569,12 @@ def test_frames_of_frozen_modules_and_without_a_file_are_not_sites_and_code_is_t
         "no live allocation found")
 
 
+def test_a_frame_without_a_line_or_a_name_is_a_site_at_line_0():
+    [site] = _oom_sites.cuda_sites({"segments": [{"blocks": [{"size": 8, "state": "active_allocated",
+                                                               "frames": [{"filename": "/u/gen.py"}]}]}]}, ())
+    assert (site["site"], site["function"]) == ("/u/gen.py:0", "")
+
+
 def test_at_most_ten_sites_and_groups_are_kept_largest_first():
     blocks = [{"size": 100 + n, "state": "active_allocated", "frames": [{"filename": f"/u/f{n}.py", "line": n}]}
               for n in range(12)]
