@@ -569,6 +569,13 @@ def test_frames_of_frozen_modules_and_without_a_file_are_not_sites_and_code_is_t
         "no live allocation found")
 
 
+def test_groups_of_no_bytes_at_all_have_no_share():
+    assert _oom_sites.cpu_tensor_groups([torch.zeros(0)]) == [
+        {"shape": [0], "dtype": "float32", "grad_fn": None, "bytes": 0, "tensors": 1, "share": 0.0}]
+    [site] = _oom_sites.cuda_sites({"segments": [{"blocks": [{"size": 0, "state": "active_allocated"}]}]})
+    assert site["share"] == 0.0 and site["site"] is None
+
+
 def test_a_frame_without_a_line_or_a_name_is_a_site_at_line_0():
     [site] = _oom_sites.cuda_sites({"segments": [{"blocks": [{"size": 8, "state": "active_allocated",
                                                                "frames": [{"filename": "/u/gen.py"}]}]}]}, ())
