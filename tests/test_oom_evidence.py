@@ -430,6 +430,74 @@ def test_an_observer_that_cannot_gather_is_said_and_lets_the_allocator_raise(mon
                     "ZeroDivisionError('division by zero')"]
 
 
+def test_a_cuda_error_the_observer_never_saw_gets_a_snapshot_taken_when_it_is_seen(monkeypatch, tmp_path):
+    """A torch whose allocator has no observer: the adapter's sight of the error writes the folder."""
+    allocator = FakeAllocator(monkeypatch)
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path, memory_history="never")
+
+    def oom_unobserved():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        run_attach(listener, oom_unobserved)
+    listener.close()
+    [folder] = folders(tmp_path / "rank-0")
+    evidence = evidence_of(folder)
+    assert evidence["at_oom"] == {"device": 0, "requested_bytes": None, "device_allocated_bytes": None,
+                                  "device_free_bytes": None}
+    assert evidence["history"] == {"mode": "never", "recorded": False, "since": None, "theirs": False,
+                                   "max_entries": 100_000}
+    assert evidence["largest_sites"][0]["site"] is None and allocator.snapshots == 1
+    assert pickle.loads((folder / "snapshot.pickle").read_bytes())["segments"]
+
+
+def test_the_error_that_cannot_be_added_to_the_observers_folder_is_said(monkeypatch, tmp_path, caplog):
+    allocator = FakeAllocator(monkeypatch)
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path, memory_history="start")
+    real = _oom._write_json
+    calls = []
+
+    def second_fails(path, evidence):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(30, "Read-only file system")
+        real(path, evidence)
+
+    monkeypatch.setattr(_oom, "_write_json", second_fails)
+    with caplog.at_level(logging.WARNING, logger="trainperf"), pytest.raises(torch.OutOfMemoryError):
+        run_attach(listener, allocator.oom)
+    listener.close()
+    [folder] = folders(tmp_path / "rank-0")
+    assert evidence_of(folder)["exception"]["raised"] is False  # the observer's, whole
+    said = [r.getMessage() for r in caplog.records if "could not be completed" in r.getMessage()]
+    assert said == [f"trainperf: the evidence in {folder}/ could not be completed with the error: "
+                    "OSError(30, 'Read-only file system')"]
+
+
+def test_the_observer_goes_to_the_newest_cuda_watch_and_not_to_a_cpu_one(monkeypatch, tmp_path):
+    allocator = FakeAllocator(monkeypatch)
+    monkeypatch.setattr(_oom, "_watches", [])
+    cuda_listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path / "cuda")
+    cpu_listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path / "cpu")
+    cuda = _oom.OomWatch(cuda_listener, torch.device("cuda", 0))
+    cpu = _oom.OomWatch(cpu_listener, torch.device("cpu"))
+    cuda.start()
+    cpu.start()
+    [observer] = allocator.observers
+    observer(0, 10, 20, 30)
+    cpu.stop()
+    cuda.stop()
+    observer(0, 10, 20, 30)  # no watch left: nothing
+    assert len(folders(tmp_path / "cuda" / "rank-0")) == 1 and folders(tmp_path / "cpu" / "rank-0") == []
+    cuda_listener.close()
+    cpu_listener.close()
+
+
+def test_evidence_is_strict_json_with_nan_and_infinities_as_null():
+    assert _oom._finite({"a": float("nan"), "b": [1.5, float("inf"), (float("-inf"), 2)], 3: "x"}) == {
+        "a": None, "b": [1.5, None, [None, 2]], "3": "x"}
+
+
 def test_two_errors_in_the_same_iteration_and_second_get_two_folders(tmp_path):
     listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
     watch = _oom.OomWatch(listener, torch.device("cpu"))
