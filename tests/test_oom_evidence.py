@@ -342,6 +342,8 @@ def test_a_memory_error_nobody_caught_reaches_the_chained_excepthook(tmp_path, m
     monkeypatch.setattr(_oom, "_hooked", None)
     monkeypatch.setattr(sys, "excepthook", lambda *a: before.append(a))
     kept = torch.ones(*BIG)
+    older = _oom.OomWatch(PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path / "older"), None)
+    older.start()  # an older training still watched: the newest one writes
     listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
     with pytest.raises(MemoryError) as caught:
         run_attach(listener, lambda: None)
@@ -350,8 +352,12 @@ def test_a_memory_error_nobody_caught_reaches_the_chained_excepthook(tmp_path, m
     assert before == [(MemoryError, caught.value, caught.value.__traceback__)]
     [folder] = folders(tmp_path / "rank-0")
     assert evidence_of(folder)["largest_sites"][0]["bytes"] == kept.nbytes
-    listener.close()  # the last watch gone: the hook before is back
+    assert folders(tmp_path / "older" / "rank-0") == []
+    listener.close()
+    assert sys.excepthook is _oom._excepthook  # a watch is left
+    older.stop()  # the last watch gone: the hook before is back
     assert sys.excepthook is not _oom._excepthook
+    older.listener.close()
 
 
 # -- a disk that refuses ----------------------------------------------------------------------------
