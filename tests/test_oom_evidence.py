@@ -9,7 +9,9 @@ import gc
 import json
 import linecache
 import logging
+import os
 import pickle
+import re
 import sys
 import warnings
 
@@ -474,7 +476,11 @@ def test_the_error_that_cannot_be_added_to_the_observers_folder_is_said(monkeypa
         run_attach(listener, allocator.oom)
     listener.close()
     [folder] = folders(tmp_path / "rank-0")
-    assert evidence_of(folder)["exception"]["raised"] is False  # the observer's, whole
+    observed = evidence_of(folder)["exception"]
+    assert observed["raised"] is False  # the observer's, whole
+    # the stack of the failing allocation, down to the allocator's call of the observer: none of trainperf's frames
+    assert observed["traceback"].rstrip().endswith("observer(0, requested, 1400 * 2**20, 10 * 2**20)")
+    assert "trainperf/torch/_oom.py" not in observed["traceback"] and "run_attach" in observed["traceback"]
     said = [r.getMessage() for r in caplog.records if "could not be completed" in r.getMessage()]
     assert said == [f"trainperf: the evidence in {folder}/ could not be completed with the error: "
                     "OSError(30, 'Read-only file system')"]
@@ -499,6 +505,34 @@ def test_the_observer_goes_to_the_newest_cuda_watch_and_not_to_a_cpu_one(monkeyp
     cpu_listener.close()
 
 
+def test_the_observer_is_attached_once_in_a_process_that_never_attached_it(monkeypatch, tmp_path):
+    attached = []
+    monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", attached.append, raising=False)
+    monkeypatch.setattr(_oom, "_observing", _oom._observing)  # restored after: this test starts from the import's
+    assert _oom._observing is False
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
+    for _ in range(2):
+        watch = _oom.OomWatch(listener, torch.device("cuda", 0))
+        watch.start()
+        watch.stop()
+    assert attached == [_oom._observer]
+    listener.close()
+
+
+def test_the_history_in_the_evidence_says_since_when_on_the_listeners_wall_clock(monkeypatch, tmp_path):
+    allocator = FakeAllocator(monkeypatch)
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path, memory_history="start",
+                                   wall_clock=lambda: 1234.5)
+    with pytest.raises(torch.OutOfMemoryError):
+        run_attach(listener, allocator.oom)
+    listener.close()
+    [folder] = folders(tmp_path / "rank-0")
+    evidence = evidence_of(folder)
+    assert evidence["history"] == {"mode": "start", "recorded": True, "since": {"time": 1234.5, "iteration": 0},
+                                   "theirs": False, "max_entries": 100_000}
+    assert evidence["time"] == 1234.5
+
+
 def test_evidence_is_strict_json_with_nan_and_infinities_as_null():
     assert _oom._finite({"a": float("nan"), "b": [1.5, float("inf"), (float("-inf"), 2)], 3: "x"}) == {
         "a": None, "b": [1.5, None, [None, 2]], "3": "x"}
@@ -519,6 +553,9 @@ def test_two_errors_in_the_same_iteration_and_second_get_two_folders(tmp_path):
         listener.close()
     found = folders(tmp_path / "rank-0")
     assert len(found) == 3 and len({p.name for p in found}) == 3
+    # the first folder of a second takes the plain name, the next ones a number after it
+    assert all(re.fullmatch(rf"oom-0-{os.getpid()}-\d{{8}}T\d{{6}}(-[12])?", p.name) for p in found)
+    assert any(re.fullmatch(r"oom-0-\d+-\d{8}T\d{6}", p.name) for p in found)
     assert sorted(evidence_of(p)["exception"]["message"] for p in found) == ["a", "b", "c"]
 
 
