@@ -533,6 +533,22 @@ def test_the_history_in_the_evidence_says_since_when_on_the_listeners_wall_clock
     assert evidence["time"] == 1234.5
 
 
+def test_an_error_whose_text_cannot_be_made_is_written_by_its_type(tmp_path):
+    class Unreadable(MemoryError):
+        def __str__(self):
+            raise RuntimeError("no text")
+
+    listener = PerformanceListener(1, sinks=[], sink_thread=False, run_dir=tmp_path)
+    watch = _oom.OomWatch(listener, torch.device("cpu"))
+    watch.start()
+    watch.saw(Unreadable())
+    watch.stop()
+    listener.close()
+    [folder] = folders(tmp_path / "rank-0")
+    assert evidence_of(folder)["exception"] == {"type": Unreadable.__qualname__, "raised": True, "message": None,
+                                                "traceback": None, "unreadable": "RuntimeError('no text')"}
+
+
 def test_evidence_is_strict_json_with_nan_and_infinities_as_null():
     assert _oom._finite({"a": float("nan"), "b": [1.5, float("inf"), (float("-inf"), 2)], 3: "x"}) == {
         "a": None, "b": [1.5, None, [None, 2]], "3": "x"}
