@@ -57,6 +57,10 @@ MODULES: dict[str, tuple[str, ...]] = {
     "core/_handover.py": ("tests/test_handover.py",),
     "core/_accountant.py": ("tests/test_accountant.py",),
     "torch/_setup.py": ("tests/test_setup.py",),
+    "torch/_oom.py": ("tests/test_oom_evidence.py", "-k", "'not lightning and not trainer'"),
+    "torch/_oom_sites.py": ("tests/test_oom_evidence.py", "-k", "'sites or tensors or sizes or process_memory or "
+                            "tracemalloc or without_a_run or (memory_error and run_attach)'"),
+    "torch/_memory_history.py": ("tests/test_oom_evidence.py", "-k", "'history or synchronisation'"),
     "records/_peaks.py": ("tests/test_peaks.py",),
     "torch/_flops.py": ("tests/test_flops.py", "tests/test_tokens_adapters.py"),
     "profile/_rule.py": ("tests/test_capture_rule.py", "tests/test_capture.py"),

@@ -84,12 +84,13 @@ class PerformanceListener(ListenerSetup):
         peak_flops: float | None = None,
         profile_dir: str | os.PathLike[str] | None = None,
         profile_rule: CaptureRule | None = None,
+        memory_history: str = "when_short",
     ) -> None:
         options = ListenerOptions(
             frequency, report_score, report_gc, report_etl, report_iteration, report_time, report_sample,
             report_batch, strict, sink_thread, history, verdict, input_bound_share, gc_bound_share,
             loop_bound_share, rank, run_dir, cluster_every, cluster_timeout_s, report_hardware, tokens,
-            flops_per_step, peak_flops, profile_dir, profile_rule,
+            flops_per_step, peak_flops, profile_dir, profile_rule, memory_history,
         )
         self.options = options
         self.frequency = options.frequency

@@ -22,6 +22,10 @@ __all__: list[str] = []
 TokenCounter = Callable[[Any], "int | None"]
 
 
+#: When the CUDA allocator records its history (the ``memory_history`` option).
+MEMORY_HISTORY = ("when_short", "start", "never")
+
+
 def _check_share(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 100.0:
         raise ValueError(f"{name} must be a percentage in (0, 100], got {value!r}")
@@ -81,7 +85,11 @@ OPTIONS_DOC = """\
             ``torch.profiler`` and write the trace under this folder (``docs/profiling.md``); the
             record of each window the capture overlaps names the trace in ``capture``.
         profile_rule: when to capture and how much (a :class:`~trainperf.CaptureRule`; its defaults
-            when ``None``)."""
+            when ``None``).
+        memory_history: on CUDA, when the caching allocator records its history with Python stacks, for
+            the snapshot an out-of-memory error leaves (``docs/memory.md``): ``"when_short"`` (the default)
+            from the first report whose ``cuda_reserved_max_mb`` reaches 90% of the device's memory,
+            ``"start"`` from the training's start, ``"never"``. At most 100,000 entries are kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +121,7 @@ class ListenerOptions:
     peak_flops: float | None = None
     profile_dir: str | os.PathLike[str] | None = None
     profile_rule: CaptureRule | None = None
+    memory_history: str = "when_short"
     #: The three shares as the verdict's lines (derived from them).
     thresholds: Thresholds = field(init=False, repr=False, compare=False)
 
@@ -148,6 +157,9 @@ class ListenerOptions:
                             f"{describe(self.profile_dir)}")
         if self.profile_rule is not None and not _is_capture_rule(self.profile_rule):
             raise TypeError(f"profile_rule must be a trainperf.CaptureRule or None, got {describe(self.profile_rule)}")
+        if self.memory_history not in MEMORY_HISTORY:
+            raise ValueError(f"memory_history must be one of {', '.join(map(repr, MEMORY_HISTORY))}, "
+                             f"got {self.memory_history!r}")
         timeout = self.cluster_timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
             raise ValueError(f"cluster_timeout_s must be seconds in (0, 3600], got {timeout!r}")

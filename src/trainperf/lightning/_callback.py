@@ -373,6 +373,7 @@ class PerformanceCallback(_CallbackBase):
         """A fit that fails does not reach ``teardown``: undo everything here (the iterations before
         the failure are reported) and let the exception go on."""
         if getattr(getattr(trainer, "state", None), "fn", None) == "fit":
+            self._setup.saw(exception)  # an out-of-memory error leaves its evidence
             self.teardown(trainer, pl_module, "fit")
 
     def summary(self) -> Any:

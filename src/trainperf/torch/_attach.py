@@ -321,7 +321,7 @@ class Attachment:
         param = next(self.model.parameters(), None)
         if param is not None:
             self._flop_counter = setup.use_device(param.device, self._timeline_factory,
-                                                  format_now=lambda: format_in_use(param))
+                                                  format_now=lambda: format_in_use(param), model=self.model)
         self._timeline = self.listener.timeline
         rank = process_rank()
         if rank is not None:

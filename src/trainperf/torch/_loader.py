@@ -9,6 +9,7 @@ from ..core import PerformanceListener, fetch_wait
 from . import _loop_hooks as loop_hooks
 from ._advice import loader_advisor, on_cuda_of
 from ._attach import Attachment
+from ._oom import OOM_ERRORS, saw_oom
 from ._tap import attachments_of, is_listened
 
 __all__ = ["TimedLoader", "timed"]
@@ -73,6 +74,9 @@ class TimedLoader(Generic[T]):
             try:
                 with loop_hooks.suppressed():
                     batch = next(iterator)
+            except OOM_ERRORS as error:  # the loader's own (a batch too large to collate): its evidence
+                saw_oom([*listeners, *(a.listener for a in attachments)], error)
+                raise
             except StopIteration:
                 ends = [clock() for clock in clocks]
                 for attachment, started, ended in zip(attachments, starts[k:], ends[k:], strict=True):
@@ -103,6 +107,9 @@ class TimedLoader(Generic[T]):
             try:
                 with loop_hooks.suppressed():
                     batch = next(iterator)
+            except OOM_ERRORS as error:  # the loader's own (a batch too large to collate): its evidence
+                saw_oom([*listeners, *(a.listener for a in attachments)], error)
+                raise
             except StopIteration:
                 if attachment is not None:
                     attachment.on_fetch(started, clock(), None)  # an epoch's end: data time, no batch

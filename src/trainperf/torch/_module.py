@@ -12,6 +12,7 @@ from ..core import PerformanceListener
 from ._attach import Attachment, attach, detach
 from ._batch import map_tensors
 from ._loader import timed
+from ._oom import OOM_ERRORS, saw_oom
 from ._tap import attachments_of
 
 __all__ = ["ListenerModule"]
@@ -95,6 +96,18 @@ class ListenerModule:
         # the loss goes to the listeners that record a score (report_score=False refuses it)
         scored = [listener for listener in listeners if listener.options.report_score is not False]
         source = timed(loader, self) if listeners else loader
+        try:
+            self._fit(source, listeners, scored, optimizer, loss_fn, epochs, target)
+        except OOM_ERRORS as error:
+            saw_oom(listeners, error)  # its evidence written, it goes on unchanged
+            raise
+        for listener in listeners:
+            listener.flush()
+
+    def _fit(self, source: Iterable[Any], listeners: list[PerformanceListener], scored: list[PerformanceListener],
+             optimizer: torch.optim.Optimizer, loss_fn: Callable[[Any, Any], torch.Tensor], epochs: int,
+             target: torch.device) -> None:
+        module: torch.nn.Module = self  # type: ignore[assignment]
         for epoch in range(epochs):
             for listener in listeners:
                 listener.set_epoch(epoch)
@@ -108,8 +121,6 @@ class ListenerModule:
                     for listener in scored:
                         listener.set_score(score)
                 optimizer.step()
-        for listener in listeners:
-            listener.flush()
 
     def _check_module(self) -> None:
         if not isinstance(self, torch.nn.Module):

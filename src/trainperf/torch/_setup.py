@@ -28,9 +28,11 @@ from ._collective import CollectiveTimer, find_ddp
 from ._cuda import AllocatorCounters, CudaTimeline, alloc_retries_reader, memory_probe
 from ._flops import StepFlopCounter
 from ._fsdp import find_fsdp, say_untimed
+from ._memory_history import MemoryHistory
 from ._nvml import nvml_probe
+from ._oom import OomWatch
 from ._registry import hooked_step_levels
-from ._tap import tap_of, untap
+from ._tap import ForwardTap, tap_of, untap
 
 __all__ = ["Teardown", "TrainingSetup", "join_cluster", "time_collectives", "use_model_device"]
 
@@ -98,6 +100,7 @@ class TrainingSetup(Teardown):
         self.listener = listener
         self.counter: StepFlopCounter | None = None
         self.collective: CollectiveTimer | None = None
+        self.oom: OomWatch | None = None
         self._advisor: Callable[[str], list[str]] | None = None
         self._loader_of: Callable[[], Any] | None = None
         self._pids: frozenset[int] = frozenset()
@@ -106,18 +109,40 @@ class TrainingSetup(Teardown):
 
     def use_device(self, device: Any, timeline_factory: Callable[[Any], DeviceTimeline] | None = None,
                    fmt: str | None = None, known: float | None = None, *,
-                   format_now: Callable[[], str | None] | None = None) -> StepFlopCounter:
+                   format_now: Callable[[], str | None] | None = None, model: Any = None) -> StepFlopCounter:
         """The model trains on ``device`` (``None``: unknown): the device clock and probes, the step's FLOP
-        counter (see :class:`StepFlopCounter` for ``fmt``, ``known`` and ``format_now``) and, on the
-        CPU, the threads the step computes with."""
+        counter (see :class:`StepFlopCounter` for ``fmt``, ``known`` and ``format_now``), on the CPU the
+        threads the step computes with, and the watch for out-of-memory errors (:attr:`oom`; with the
+        allocator's history on CUDA), which also sees the errors ``model``'s forward passes raise."""
         listener = self.listener
+        history = None
+        if getattr(device, "type", None) == "cuda":
+            if device.index is None:
+                device = torch.device("cuda", torch.cuda.current_device())
+            history = MemoryHistory(listener, device, getattr(listener.options, "memory_history", "never"))
         if device is not None:
-            use_model_device(listener, device, timeline_factory)
+            use_model_device(listener, device, timeline_factory, history)
+        if self.oom is None:
+            watch = self.oom = OomWatch(listener, device, history)
+            watch.start()
+            self.defer(watch.stop)
+            if model is not None:
+                self._see_forward_errors(tap_of(model), watch.saw)
         counter = self.counter = StepFlopCounter(listener, device, fmt, known, format_now=format_now)
         self.defer(counter.abandon)
         if getattr(device, "type", None) == "cpu":
             listener.set_step_threads(torch.get_num_threads())
         return counter
+
+    def _see_forward_errors(self, tap: ForwardTap, saw: Callable[[BaseException], None]) -> None:
+        tap.errors = [*tap.errors, saw]  # a new list: a forward may be running
+        self.defer(lambda: setattr(tap, "errors", [e for e in tap.errors if e is not saw]))
+
+    def saw(self, error: BaseException) -> None:
+        """``error`` ended the training (an adapter saw it go by): an out-of-memory error leaves its
+        evidence (see :class:`OomWatch`). The caller raises it on, unchanged."""
+        if self.oom is not None:
+            self.oom.saw(error)
 
     def join(self, rank: int | None, model: torch.nn.Module | None = None, ddp: Any = None,
              fsdp: str | None = None) -> bool:
@@ -192,6 +217,7 @@ def use_model_device(
     listener: PerformanceListener,
     device: torch.device,
     timeline_factory: Callable[[torch.device], DeviceTimeline] | None = None,
+    history: MemoryHistory | None = None,
 ) -> None:
     """Set ``listener`` up for a model on ``device``.
 
@@ -205,6 +231,7 @@ def use_model_device(
         listener: the listener to set up.
         device: the device of the model's parameters.
         timeline_factory: builds the device timeline (tests pass a fake).
+        history: the allocator's history on CUDA, which the memory probe starts when memory runs short.
     """
     if device.type == "cuda":
         if device.index is None:
@@ -213,7 +240,8 @@ def use_model_device(
         counters = AllocatorCounters(device)  # one read per report serves both
         listener.add_collector(*alloc_retries_reader(device, counters))
         if listener.options.report_hardware:
-            listener.add_probe(memory_probe(device, counters))
+            probe = memory_probe(device, counters)
+            listener.add_probe(history.watch(probe) if history is not None else probe)
             nvml = nvml_probe(device)
             if nvml is not None:
                 listener.add_probe(nvml)

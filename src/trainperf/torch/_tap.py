@@ -20,19 +20,23 @@ from torch.compiler import is_compiling
 
 __all__: list[str] = []
 
+#: What a forward pass may raise that :attr:`ForwardTap.errors` hear of.
+_OOM_ERRORS = (MemoryError, torch.OutOfMemoryError)
+
 Callback = Callable[[tuple[Any, ...], dict[str, Any]], None]
 
 
 class ForwardTap:
     """Calls ``callbacks(args, kwargs)`` before each forward pass of one model."""
 
-    __slots__ = ("forward", "callbacks", "after", "__wrapped__", "__dict__")
+    __slots__ = ("forward", "callbacks", "after", "errors", "__wrapped__", "__dict__")
 
     def __init__(self, forward: Callable[..., Any]) -> None:
         self.forward = forward
         self.__wrapped__ = forward  # inspect.signature(model.forward) still shows the real one
         self.callbacks: list[Callback] = []
         self.after: list[Callable[[], None]] = []  # called when a forward pass returns (rarely used)
+        self.errors: list[Callable[[BaseException], None]] = []  # told of an out-of-memory error, raised on
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Under torch.compile, Dynamo traces this call: it sees a constant True here and never the
@@ -41,11 +45,15 @@ class ForwardTap:
         if not is_compiling():
             for callback in self.callbacks:
                 callback(args, kwargs)
-            if self.after:
+            try:  # free unless raised
                 out = self.forward(*args, **kwargs)
-                for done in self.after:
-                    done()
-                return out
+            except _OOM_ERRORS as error:
+                for seen in self.errors:
+                    seen(error)
+                raise
+            for done in self.after:
+                done()
+            return out
         return self.forward(*args, **kwargs)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:

@@ -217,6 +217,7 @@ class PerformanceCallback(TrainerCallback):
         last window), everything installed for it is undone, and an error is named in the run
         directory's ``meta.json`` (``end_reason``)."""
         if error is not None and not self.listener.closed:
+            self._setup.saw(error)  # an out-of-memory error leaves its evidence
             reason = ended_by(error)
             for sink in self.listener.sinks:
                 if isinstance(sink, RunDirSink):
