@@ -557,3 +557,47 @@ def test_the_watch_follows_the_device_first_then_the_host_and_says_fragmentation
     for i in range(8):
         growth = plain.observe(10 * i, {"rss_mb": 500.0 + 12 * i}, warmup=i == 0)
     assert growth.mb_per_100 == pytest.approx(120.0) and growth.held_per_100 is None
+
+
+def test_the_summary_says_the_runs_memory_peaks_least_headroom_errors_and_growth():
+    from trainperf import GCStat, PerformanceRecord
+    from trainperf.records import MemoryPeaks
+
+    def record(i, **figures):
+        return PerformanceRecord(iteration=10 * i, window_iterations=10, window_s=1.0, warmup=i == 1,
+                                 timestamp=float(i), **figures)
+
+    peaks = MemoryPeaks()
+    peaks.add(record(1, cuda_allocated_max_mb=70000.0, cuda_allocated_max_pct=85.4, cuda_reserved_max_mb=75000.0,
+                     cuda_reserved_max_pct=91.6, cuda_headroom_mb=11920.0, cuda_ooms=0, rss_mb=3000.0,
+                     rss_peak_mb=3500.0, gc=(GCStat("cuda_alloc_retries", 2, None),)))
+    peaks.add(record(2, cuda_allocated_max_mb=60000.0, cuda_allocated_max_pct=73.2, cuda_reserved_max_mb=76000.0,
+                     cuda_reserved_max_pct=92.8, cuda_headroom_mb=21920.0, cuda_ooms=1, rss_mb=3100.0,
+                     workers_memory_mb=800.0, gc=(GCStat("gen0", 5, 1.0), GCStat("cuda_alloc_retries", 1, None)),
+                     verdict=Verdict("memory-growth", 80.0, "allocated floor +38 MB per 100 iterations")))
+    peaks.add(record(3, rss_mb=3600.0, verdict=Verdict("fine", 1.0, "x")))
+    assert peaks.to_dict() == {
+        "allocated_mb": 70000.0, "allocated_pct": 85.4, "reserved_mb": 76000.0, "reserved_pct": 92.8,
+        "headroom_mb": 11920.0, "ooms": 1, "retries": 3, "rss_peak_mb": 3600.0, "workers_mb": 800.0,
+        "growth": "allocated floor +38 MB per 100 iterations"}
+    assert peaks.lines() == [
+        "  CUDA memory: allocated peak 70,000 MB (85% of the device), reserved peak 76,000 MB (93%); least headroom "
+        "11,920 MB; 3 allocator retries, 1 out-of-memory errors caught",
+        "  host memory: resident peak 3,600 MB, loader workers 800 MB",
+        "  memory grew: allocated floor +38 MB per 100 iterations"]
+    assert MemoryPeaks().lines() == []
+    bare = MemoryPeaks()
+    bare.add(record(1, cuda_allocated_max_mb=10.0))
+    assert bare.lines() == ["  CUDA memory: allocated peak 10 MB"]
+
+
+def test_a_listeners_summary_holds_its_memory(fake_cuda, clock):
+    listener = fake_cuda.listener(10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _train(fake_cuda, clock, listener, 100, lambda i: (1000.0 + 0.38 * i, 6000.0 + (i == 5) * 3000.0, 9000.0))
+    summary = listener.summary()
+    assert summary.memory.allocated_mb == pytest.approx(1000.0 + 0.38 * 5 + 9000.0)  # the warm-up's peak counts
+    assert summary.memory.growth.startswith("allocated floor +38 MB per 100 iterations")
+    assert "CUDA memory: allocated peak 10,002 MB (12% of the device)" in str(summary)
+    assert summary.to_dict()["memory"]["reserved_mb"] == 9000.0

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 
-from ..records import PerformanceRecord, RunSummary, Thresholds, build_summary, persists
+from ..records import MemoryPeaks, PerformanceRecord, RunSummary, Thresholds, build_summary, persists
 
 __all__: list[str] = []
 
@@ -19,7 +20,7 @@ class RunTotals:
 
     __slots__ = ("wall_s", "etl_s", "gc_s", "other_s", "data_free_s", "gc_free_s", "device_wall_s",
                  "device_idle_s", "samples", "iterations", "verdict_counts", "tokens", "tokens_wall_s",
-                 "flops", "flops_wall_s", "peak_flop_s")
+                 "flops", "flops_wall_s", "peak_flop_s", "memory")
 
     def __init__(self) -> None:
         self.wall_s = 0.0
@@ -38,6 +39,7 @@ class RunTotals:
         self.flops = 0.0  # the FLOPs of the windows whose FLOPs per step are known,
         self.flops_wall_s = 0.0  # their wall time,
         self.peak_flop_s = 0.0  # and what their peak could have done in it (windows with a peak)
+        self.memory = MemoryPeaks()  # every window's, the warm-up's too
 
     def add(
         self,
@@ -51,7 +53,8 @@ class RunTotals:
         device_window_s: float | None = None,
         device_idle_s: float = 0.0,
     ) -> None:
-        """Count a window's record and its seconds; the warm-up window is left out."""
+        """Count a window's record and its seconds; the warm-up window is left out (but for its memory)."""
+        self.memory.add(record)
         if record.warmup:
             return
         self.data_free_s += data_free_s
@@ -104,4 +107,5 @@ class RunTotals:
             flops=self.flops,
             flops_wall_s=self.flops_wall_s,
             peak_flop_s=self.peak_flop_s,
+            memory=copy.copy(self.memory),
         )

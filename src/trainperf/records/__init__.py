@@ -37,6 +37,7 @@ from ._memory import FloorTrend as FloorTrend
 from ._memory import Growth as Growth
 from ._memory import ReservedTrend as ReservedTrend
 from ._memory import growth_verdict as growth_verdict
+from ._memory_peaks import MemoryPeaks as MemoryPeaks
 from ._padding import PADDING_SHARE as PADDING_SHARE
 from ._padding import judge_padding as judge_padding
 from ._padding import padding_share as padding_share

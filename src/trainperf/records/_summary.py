@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ._goodput_rows import GoodputAccount
+from ._memory_peaks import MemoryPeaks
 from ._timeline import speedup
 from ._verdict import DEFAULT_THRESHOLDS, MATERIAL_MS, Thresholds, persists
 
@@ -79,6 +80,7 @@ class RunSummary:
     flops_wall_s: float = 0.0
     peak_flop_s: float = 0.0
     goodput: GoodputAccount | None = None
+    memory: MemoryPeaks | None = None
 
     @property
     def tflops_per_sec(self) -> float | None:
@@ -178,6 +180,7 @@ class RunSummary:
             "speedup_if_data_free": self.speedup_if_data_free,
             "speedup_if_gc_free": self.speedup_if_gc_free,
             "goodput": self.goodput.to_dict() if self.goodput is not None else None,
+            "memory": self.memory.to_dict() if self.memory is not None else None,
         }
 
     def __str__(self) -> str:
@@ -224,6 +227,8 @@ class RunSummary:
         for b in self.bottlenecks:
             lines.append(f"  {b.words(judged)}; fixes:")
             lines.extend(f"    - {fix}" for fix in b.fixes)
+        if self.memory is not None:
+            lines.extend(self.memory.lines())
         return "\n".join(lines)
 
 
@@ -248,6 +253,7 @@ def build_summary(
     flops: float = 0.0,
     flops_wall_s: float = 0.0,
     peak_flop_s: float = 0.0,
+    memory: MemoryPeaks | None = None,
 ) -> RunSummary:
     """Assemble a :class:`RunSummary`.
 
@@ -309,4 +315,5 @@ def build_summary(
         flops=flops,
         flops_wall_s=flops_wall_s,
         peak_flop_s=peak_flop_s,
+        memory=memory,
     )
