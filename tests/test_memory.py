@@ -601,3 +601,22 @@ def test_a_listeners_summary_holds_its_memory(fake_cuda, clock):
     assert summary.memory.growth.startswith("allocated floor +38 MB per 100 iterations")
     assert "CUDA memory: allocated peak 10,002 MB (12% of the device)" in str(summary)
     assert summary.to_dict()["memory"]["reserved_mb"] == 9000.0
+
+
+def test_drops_between_rises_are_no_rising_steps():
+    floors = [100, 120, 119, 140, 139, 160]  # a good line, the last a new high, but two steps of five drop
+    assert fit_line([(float(i), float(f)) for i, f in enumerate(floors)])[1] > 0.9
+    assert _judge(floors) is None
+    assert _judge([100, 120, 119, 140, 160, 180]) is not None
+
+
+def test_fit_line_with_small_spreads():
+    assert fit_line([(0.0, 0.0), (1.0, 0.5), (2.0, 1.0)]) == pytest.approx((0.5, 1.0))  # syy 0.5
+    assert fit_line([(0.0, 0.0), (1.0, 1.0)]) == pytest.approx((1.0, 1.0))  # sxx 0.5
+
+
+def test_the_warm_up_sets_no_baseline_for_fragmentation():
+    trend = ReservedTrend()
+    trend.add(10, 1000.0, 1000.0, warmup=True)
+    trend.add(20, 4000.0, 3000.0)
+    assert trend.add(30, 4300.0, 3000.0) is None  # 300 MB is 7.5% of 4,000 MB
