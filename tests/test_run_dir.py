@@ -35,7 +35,7 @@ def test_sink_writes_meta_and_one_window_line_per_record(tmp_path):
                                   "iteration_ms", "etl_ms", "gc", "batches", "verdict", "extra")} == {
         "iteration": 10, "window_iterations": 10, "window_s": 0.125, "warmup": False, "timestamp": BASE + 10,
         "iteration_ms": 12.5, "etl_ms": None, "gc": {}, "batches": 0, "verdict": None, "extra": {"forward_ms": 3.0}}
-    assert len(first) == 56  # every field of the record, none added or dropped
+    assert len(first) == 69  # every field of the record, none added or dropped
     assert {"tokens_padded", "tokens_loss", "padding_share", "mfu_real"} <= set(first)
     assert windows[1]["iteration_ms"] == "NaN"  # strict JSON, as JsonLinesSink writes it
     meta = json.loads((tmp_path / "rank-2" / "meta.json").read_text())
