@@ -620,3 +620,19 @@ def test_the_warm_up_sets_no_baseline_for_fragmentation():
     trend.add(10, 1000.0, 1000.0, warmup=True)
     trend.add(20, 4000.0, 3000.0)
     assert trend.add(30, 4300.0, 3000.0) is None  # 300 MB is 7.5% of 4,000 MB
+
+
+def test_steps_of_a_hundredth_of_a_mb_are_no_rise():
+    floors = [100, 100.009, 100.018, 110, 120, 130, 140, 150]  # a good line, but two of seven steps are noise
+    assert fit_line([(float(i), float(f)) for i, f in enumerate(floors)])[1] > 0.9
+    assert _judge(floors) is None
+    assert _judge([100, 100.02, 100.04, 110, 120, 130, 140, 150]) is not None
+
+
+def test_the_rate_is_fitted_on_the_newest_ten_readings():
+    floors = [100 + 10 * i + 0.5 * i * i for i in range(14)]
+    points = [(1 + 10.0 * i, f) for i, f in enumerate(floors)]
+    growth = _judge(floors)
+    assert growth.mb_per_100 == pytest.approx(100.0 * fit_line(points[-10:])[0])
+    assert growth.mb_per_100 != pytest.approx(100.0 * fit_line(points[-11:])[0])
+    assert growth.mb_per_100 != pytest.approx(100.0 * fit_line(points[-9:])[0])
