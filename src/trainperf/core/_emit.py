@@ -20,7 +20,8 @@ import time
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ..base import user_stacklevel
 from ..records import PerformanceRecord
@@ -152,6 +153,20 @@ class Emitter:
                 self._say_task(task, exc)
             return
         self._put(task)
+
+    def tell(self, event: Mapping[str, Any]) -> None:
+        """Hand a run's ``event`` to the sinks' ``on_cluster`` where the sinks run, after the records before
+        it; a sink that raises is said once, as for records."""
+        fanout = self._fanout
+
+        def tell_sinks() -> None:
+            self._failures.extend(fanout.tell(event))
+
+        if self.inline:
+            tell_sinks()
+            self._say_failures()
+        else:
+            self._put(tell_sinks)
 
     def _say_task(self, task: Callable[[], object], exc: BaseException) -> None:
         self._say(f"trainperf: writing {_name(task)} failed: {describe(exc)}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -76,11 +76,14 @@ class ListenerSetup:
     _spans: Spans
 
     def about_to_wait(self) -> None:
-        """Say that the training thread is about to wait without running Python (for the next batch
-        from loader workers, for the device, for a collective): the writer thread writes the records
-        it holds now, while that costs the training thread nothing. The adapters say it before each
-        loader fetch; a loop of your own may say it before such a wait. It changes no figure."""
+        """Say that the training thread is about to wait without running Python (for the next batch, the
+        device, a collective): the writer thread writes the records it holds now, which then costs the training
+        thread nothing. The adapters say it before each loader fetch. It changes no figure."""
         self._emitter.nudge()
+
+    def tell_sinks(self, event: Mapping[str, Any]) -> None:
+        """Hand rank 0's word on the ranks to the sinks' ``on_cluster`` (see :class:`~trainperf.sinks.Sink`)."""
+        self._emitter.tell(event)
 
     @property
     def sinks(self) -> list[Sink]:
@@ -98,9 +101,8 @@ class ListenerSetup:
         self.epoch = check_int("epoch", epoch, optional=True)
 
     def set_etl_source(self, source: str) -> None:
-        """Name what measured the ``etl`` given to :meth:`record_iteration` (records carry it as
-        ``etl_source``; default ``"given"``, ``"loader"`` once :meth:`add_etl` was used). Iterations
-        whose data wait came from ``started`` count as ``"gap"``."""
+        """Name what measured the ``etl`` given to :meth:`record_iteration` (records carry it as ``etl_source``; default
+        ``"given"``, ``"loader"`` once :meth:`add_etl` was used). Iterations timed by ``started`` count as ``"gap"``."""
         self._explicit_source = check_str("source", source, empty=False)
 
     def set_rank(self, rank: int | None) -> None:
@@ -111,9 +113,8 @@ class ListenerSetup:
             self._run_dir.set_rank(rank)
 
     def use_device(self, index: int | None, timeline: DeviceTimeline | None = None) -> None:
-        """The model runs on device ``index`` (a CUDA ordinal): later records carry it, and with a
-        ``timeline`` the iteration times and the device's idle time come from that device's clock
-        (see :meth:`set_timeline`)."""
+        """The model runs on device ``index`` (a CUDA ordinal): later records carry it, and with a ``timeline`` the
+        iteration times and the device's idle time come from that device's clock (see :meth:`set_timeline`)."""
         self.device = check_int("index", index, optional=True)
         if timeline is not None:
             self.set_timeline(timeline)
@@ -128,9 +129,8 @@ class ListenerSetup:
         self._readings.add_collector(name, read)
 
     def set_loader_workers(self, pids: Callable[[], Collection[int]]) -> None:
-        """Where to find the process ids of the training loader's worker processes (adapters that
-        see the loader call it). Only those count as ``workers_cpu_pct``; other child processes (a
-        ``subprocess``, Spark's JVM) do not. Without it no child process counts as a worker."""
+        """Where to find the process ids of the training loader's worker processes (adapters that see the loader
+        call it). Only those count as ``workers_cpu_pct``: no other child process (a ``subprocess``, Spark's JVM)."""
         self._readings.set_loader_workers(pids)
 
     def set_flops(self, per_step: float | None = None, peak: Peak | None = None, *,

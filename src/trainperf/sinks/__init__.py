@@ -17,8 +17,10 @@ if _TYPE_CHECKING:
     from ._jsonlines import JsonLinesSink
     from ._loggers import LoggerSink
     from ._metrics import scalar_metrics
+    from ._mlflow import MlflowSink
     from ._tensorboard import TensorBoardSink
     from ._tqdm import TqdmSink
+    from ._wandb import WandbSink
 
 __all__ = [
     "CSV_COLUMNS",
@@ -27,11 +29,13 @@ __all__ = [
     "LoggerSink",
     "LoggingSink",
     "MemorySink",
+    "MlflowSink",
     "RunDirSink",
     "Sink",
     "SinkError",
     "TensorBoardSink",
     "TqdmSink",
+    "WandbSink",
     "scalar_metrics",
 ]
 
@@ -41,5 +45,5 @@ if not _TYPE_CHECKING:  # mypy reads the imports above, so a misspelt name stays
     __getattr__, __dir__ = _lazy_names(__name__, {
         "CSV_COLUMNS": "._csv", "CsvSink": "._csv", "JsonLinesSink": "._jsonlines", "LoggerSink": "._loggers",
         "scalar_metrics": "._metrics", "TensorBoardSink": "._tensorboard", "TqdmSink": "._tqdm",
-        "RunDirSink": "..ranks",
+        "RunDirSink": "..ranks", "WandbSink": "._wandb", "MlflowSink": "._mlflow",
     })

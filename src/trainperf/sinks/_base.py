@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import traceback
 import warnings
-from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from ..records import PerformanceRecord
 
@@ -17,7 +17,9 @@ class Sink(Protocol):
     """Anything that takes a :class:`PerformanceRecord`. A ``close()`` method, if present, is called
     when the listener closes. A ``write_many(records)`` method, if present, is what the writer thread
     calls with several records at once (in order, none of them given to the sink otherwise): a file
-    sink writes them with one ``write``."""
+    sink writes them with one ``write``. An ``on_cluster(event)`` method, if present, receives rank 0's
+    word on the ranks (a dict: ``kind`` ``"cluster"``, ``iteration``, ``line``, ``stragglers``, the
+    world figures) on the same thread, in order with the records."""
 
     def __call__(self, record: PerformanceRecord) -> None: ...
 
@@ -91,6 +93,20 @@ class FanOut:
                     sink(record)
                 except Exception as exc:  # noqa: BLE001
                     failures.append((sink, exc, traceback.format_exc()))
+        return self._messages(failures)
+
+    def tell(self, event: Mapping[str, Any]) -> list[str]:
+        """Give a run's ``event`` (rank 0's cluster line) to every sink with an ``on_cluster`` method
+        (defined by its class); the warnings to say, as :meth:`deliver` returns them."""
+        failures: list[tuple[Sink, BaseException, str]] = []
+        for sink in self.sinks:
+            if not callable(getattr(type(sink), "on_cluster", None)):
+                continue
+            on_cluster = sink.on_cluster  # type: ignore[attr-defined]
+            try:
+                on_cluster(event)
+            except Exception as exc:  # noqa: BLE001 - a sink must never stop training
+                failures.append((sink, exc, traceback.format_exc()))
         return self._messages(failures)
 
     def _batch_targets(self, training_thread: bool) -> list[tuple[Sink, Callable[..., object] | None]]:

@@ -45,6 +45,7 @@ import threading
 import time
 import warnings
 import weakref
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -122,6 +123,7 @@ class Cluster:
         self.silent: dict[int, float] = {}
         self.offsets: dict[int, tuple[float, float]] = {}
         self.lines: list[str] = []
+        self.events: deque[dict[str, Any]] = deque()  # rank 0's lines for the sinks, handed over on the training thread
         self.joined: set[int] = set()
         self._run_dir = next((s for s in listener.sinks if isinstance(s, RunDirSink)), None)
         self._reports: list[PerformanceRecord] = []
@@ -142,6 +144,8 @@ class Cluster:
     def __call__(self, record: PerformanceRecord) -> None:
         if self._messages:
             self._say()
+        if self.events:
+            self._tell()
         if not self._on:
             return
         self._reports.append(record)
@@ -159,7 +163,14 @@ class Cluster:
         reports, self._reports = self._reports, []
         self._tasks.put(("close", reports))
         self._stop(self.timeout_s + _CLOSE_SLACK_S)
+        self._tell()
         self._say()
+
+    def _tell(self) -> None:
+        """Hand rank 0's lines to the listener's sinks (where they run), oldest first."""
+        events = self.events
+        while events:
+            self.listener.tell_sinks(events.popleft())
 
     def exit_unclosed(self) -> None:
         """The process ends without a close (training raised: under DDP, a rank died): every rank

@@ -215,12 +215,18 @@ class Leader:
             text += "; silent: " + ", ".join(f"rank {r}" for r in sorted(link.silent))
         link.lines.append(text)
         _LOG.info("%s", text)
+        times = [f.iteration_ms for f in figures]
+        event = {
+            "kind": "cluster", "iteration": last, "line": line,
+            "stragglers": [{"rank": s.rank, "cause": s.cause, "excess_ms": s.excess_ms, "evidence": s.evidence}
+                           for s in stragglers],
+        }
         if link._run_dir is not None:
-            link._run_dir.event({
-                "kind": "cluster", "iteration": last, "line": line,
-                "stragglers": [{"rank": s.rank, "cause": s.cause, "excess_ms": s.excess_ms, "evidence": s.evidence}
-                               for s in stragglers],
-            })
+            link._run_dir.event(event)
+        # the sinks' word (on the training thread's next report): the line with the world's figures
+        link.events.append({**event, "time": link._wall(), "ranks": len(figures), "iteration_ms_min": min(times),
+                            "iteration_ms_max": max(times), "etl_ms_max": max(f.etl_ms for f in figures),
+                            "spread_pct": 100.0 * (max(times) - min(times)) / min(times) if min(times) > 0 else 0.0})
 
     def _silent(self, peer: int, why: str) -> None:
         link = self.link
