@@ -17,9 +17,13 @@ training thread of an ``attach`` loop at frequency 1 pays with sinks against wit
   with CUDA, also a GPU loop that reads its loss each step (the training thread waits for the device).
 * ``slow sink``: 1 ms steps reporting every 10 iterations to a sink that takes 20 ms, against the
   same loop with no listener.
+* ``trackers`` (where ``wandb`` and ``mlflow`` are installed): the attach loop (loader in memory) with
+  a ``WandbSink`` (an offline run) and with an ``MlflowSink`` (a local file store), each alone, against
+  it with no sink; then the same loop with a tracker whose every call hangs for 50 ms.
 
 Targets: each sink at most 1.2x its hand-written equivalent; the attach loop's cost with the two
-sinks at most 1.5x its cost with none; the slow sink not slowing the loop.
+sinks at most 1.5x its cost with none; the slow sink not slowing the loop; with a tracker's sink, the
+training thread's cost that of no sink, within noise, hanging tracker included.
 Rounds alternate between the variants; the median round counts.
 
 Run: ``python benchmarks/sink_thread.py [--quick]``.
@@ -35,6 +39,7 @@ import platform
 import random
 import statistics
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -273,7 +278,8 @@ class WaitingLoader:
             yield batch
 
 
-def attach_loop(variant: str, folder: Path, n: int, wait_s: float, device: str = "cpu") -> float:
+def attach_loop(variant: str, folder: Path, n: int, wait_s: float, device: str = "cpu",
+                tracker: Callable[[], Any] | None = None, flush: bool = True) -> float:
     torch.manual_seed(0)
     width = 2048 if device == "cuda" else 64  # on the GPU, a step the device takes a while over
     model = torch.nn.Sequential(torch.nn.Linear(32, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
@@ -288,6 +294,8 @@ def attach_loop(variant: str, folder: Path, n: int, wait_s: float, device: str =
         if variant in ("sinks", "inline"):
             sinks = [LoggingSink(file_logger(folder / f"{variant}.log", f"bench.loop.{variant}")),
                      JsonLinesSink(folder / f"{variant}.jsonl", append=False)]
+        if tracker is not None:
+            sinks = [tracker()]
         listener = PerformanceListener(1, sinks=sinks, sink_thread=variant != "inline")
         attach(model, listener)
         loader = timed(loader, model)  # type: ignore[assignment]
@@ -301,11 +309,13 @@ def attach_loop(variant: str, folder: Path, n: int, wait_s: float, device: str =
         opt.step()
         if device == "cuda":
             loss.item()  # the loss read each step: the training thread waits for the device
-    if listener is not None:
+    if listener is not None and flush:
         listener.flush()
     took = time.perf_counter() - began
     if listener is not None:
+        HangingRun.released.set()  # a hanging tracker answers again: closing does not wait for it
         listener.close()
+        HangingRun.released.clear()
     return took
 
 
@@ -361,6 +371,57 @@ def slow_sink(rounds: int, steps: int) -> None:
               f"({took / bare:.2f}x)")
 
 
+# --- trackers --------------------------------------------------------------------------------------
+
+class HangingRun:
+    """A W&B run whose every call takes 50 ms (a tracker's server that has stopped answering), until
+    ``released``."""
+
+    summary: dict[str, Any] = {}
+    step = 0
+    released = threading.Event()
+
+    def log(self, data: dict[str, float], commit: bool | None = None) -> None:
+        if not self.released.is_set():
+            time.sleep(0.05)
+
+    def define_metric(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def tracker_costs(folder: Path, rounds: int, n: int) -> None:
+    try:
+        import mlflow
+        import wandb
+    except ImportError:
+        print("trackers: wandb and mlflow are not installed (pip install 'trainperf[wandb,mlflow]')")
+        return
+    import os
+
+    from trainperf.sinks import MlflowSink, WandbSink
+
+    os.environ.update(WANDB_SILENT="true", MLFLOW_ALLOW_FILE_STORE="true")
+    run = wandb.init(project="bench", dir=str(folder), mode="offline")
+    mlflow.set_tracking_uri((folder / "mlruns").as_uri())
+    mlflow.start_run()
+    trackers: dict[str, Callable[[], Any] | None] = {
+        "none": None, "wandb": WandbSink, "mlflow": MlflowSink, "hanging": lambda: WandbSink(HangingRun())}
+    took: dict[str, list[float]] = {v: [] for v in ("bare", *trackers)}
+    for _ in range(rounds):
+        took["bare"].append(attach_loop("bare", folder, n, 0.0))
+        for name, make in trackers.items():
+            # the hanging tracker's records are not waited for: the loop's own time is what is compared
+            took[name].append(attach_loop("tracker" if make else "none", folder, n, 0.0, tracker=make,
+                                          flush=name != "hanging"))
+    mlflow.end_run()
+    run.finish()
+    bare = statistics.median(took["bare"])
+    cost = {v: (statistics.median(took[v]) - bare) / n * 1e6 for v in trackers}
+    spread = {v: (max(took[v]) - min(took[v])) / n * 1e6 for v in trackers}
+    print(f"attach loop, frequency 1, trackers: bare {bare / n * 1e6:.0f} us an iteration; the training thread pays "
+          + ", ".join(f"{cost[v]:.0f} us (rounds spread {spread[v]:.0f} us) with {v}" for v in trackers))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -373,6 +434,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         per_record(Path(tmp), rounds, n)
         loop_costs(Path(tmp), rounds, iterations)
+        tracker_costs(Path(tmp), rounds, iterations)
     slow_sink(rounds, steps)
 
 

@@ -191,6 +191,9 @@ def runner():
                                                         os.environ.get("PYTHONPATH", "")]))
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)  # a block's run directory takes rank 0, as in one plain process
+    # the trackers' examples log offline, into the block's working directory
+    env.update(WANDB_MODE="offline", WANDB_SILENT="true", MLFLOW_TRACKING_URI="./mlruns",
+               MLFLOW_ALLOW_FILE_STORE="true")
     process = subprocess.Popen([sys.executable, str(Path(__file__).parent / "_doc_runner.py")], env=env,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None and process.stdin is not None

@@ -102,6 +102,10 @@ def test_wandb_every_record_at_its_iteration_and_none_of_the_users_points_droppe
         assert sum("lr" in row for row in rows) == len(range(0, 200, 7))
     iterations = [row["trainperf/iteration"] for row in rows if "trainperf/iteration" in row]
     assert iterations == sorted(iterations)  # in order
+    ours = _ours(rows)
+    for end in range(5, 201, 5):  # the data wait injected: 2 ms in every third 10 ms iteration
+        injected_ms = 2.0 * sum(1 for i in range(end - 5, end) if i % 3 == 0)
+        assert ours[float(end)]["trainperf/data_wait_pct"] == pytest.approx(100.0 * injected_ms / 50.0)
     steps = [row["_step"] for row in rows]
     assert steps == sorted(set(steps))
     assert {"name": "", "glob_name": "trainperf/*", "step_metric": "trainperf/iteration"} in found["metrics"]
@@ -370,7 +374,8 @@ def test_a_failing_tracker_is_said_once_and_the_other_sinks_get_every_record(clo
 
 
 def test_nothing_imports_the_trackers_unless_a_sink_is_made():
-    code = ("import sys, trainperf, trainperf.sinks, trainperf.torch; from trainperf.sinks import WandbSink, MlflowSink;"
+    code = ("import sys, trainperf, trainperf.sinks, trainperf.torch;"
+            "from trainperf.sinks import WandbSink, MlflowSink;"
             "print(sorted(m for m in ('wandb', 'mlflow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
