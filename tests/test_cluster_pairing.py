@@ -20,7 +20,7 @@ def window(first: int, last: int, iteration_ms: float, etl_ms: float) -> dict:
 
 def leader(world: int = 2) -> Leader:
     link = SimpleNamespace(_store=None, world=world, joined=set(range(1, world)), silent={}, lines=[],
-                           _run_dir=None)
+                           _run_dir=None, events=deque(), _wall=lambda: 1000.0)
     return Leader(link)  # type: ignore[arg-type]
 
 
@@ -50,6 +50,15 @@ def test_a_window_waits_for_the_other_ranks_figures_over_its_iterations():
     assert [line.split(":")[0] for line in lines] == [f"cluster at iteration {k}" for k in (4, 8, 12, 16)]
     assert "iteration 2.0-22.0 ms" in lines[-1] and "straggler rank 1 (data" in lines[-1], lines
     assert "600.0" not in lines[-1]
+    # each line also goes to the sinks, with the world's figures
+    events = list(lead.link.events)
+    assert [e["iteration"] for e in events] == [4, 8, 12, 16] and [e["line"] for e in events] == [
+        line.split(": ", 1)[1] for line in lines]
+    last = events[-1]
+    figures = (last["ranks"], last["iteration_ms_min"], last["iteration_ms_max"], last["etl_ms_max"])
+    assert figures == (2, 2.0, 22.0, 20.5)
+    assert last["spread_pct"] == pytest.approx(1000.0) and last["time"] == 1000.0
+    assert [s["rank"] for s in last["stragglers"]] == [1] and last["stragglers"][0]["cause"] == "data"
 
 
 def test_a_rank_that_stays_behind_holds_at_most_a_few_windows():

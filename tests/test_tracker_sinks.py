@@ -220,6 +220,7 @@ def test_rank_zero_logs_the_world_figures_and_the_straggler_line_after_the_recor
     world = [row for row in found["history"] if "trainperf/world/ranks" in row]
     assert len(world) == 1 and world[0]["trainperf/iteration"] == 40.0
     assert world[0]["trainperf/world/straggler_rank"] == 1.0 and world[0]["trainperf/world/spread_pct"] == 208.3
+    assert world[0]["trainperf/world/straggler/data_ms"] == 25.0
     assert found["history"].index(world[0]) > max(i for i, row in enumerate(found["history"])
                                                   if row.get("trainperf/iteration") == 40.0 and row is not world[0])
     assert found["summary"]["trainperf/world/line"] == CLUSTER["line"]
@@ -299,6 +300,8 @@ def test_no_active_run_is_an_error_and_start_true_starts_and_ends_one(wandb_run,
     (WandbSink, {"run": object()}, TypeError, "run must be a wandb Run"),
     (WandbSink, {"start": "yes"}, TypeError, "start"),
     (WandbSink, {"prefix": 3}, TypeError, "prefix"),
+    (WandbSink, {"prefix": ""}, ValueError, "prefix must not be empty"),
+    (WandbSink, {"run": "wandb_logger"}, TypeError, "experiment"),
     (WandbSink, {"all_ranks": 1}, TypeError, "all_ranks"),
     (MlflowSink, {"run": 42}, TypeError, "run must be an mlflow Run or a run id"),
     (MlflowSink, {"run": "abc", "start": True}, ValueError, "not both"),

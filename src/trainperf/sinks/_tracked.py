@@ -41,7 +41,8 @@ def verdict_text(record: PerformanceRecord) -> str | None:
 def cluster_metrics(event: Mapping[str, Any], prefix: str) -> dict[str, float]:
     """Rank 0's cluster event (``kind`` ``"cluster"``, see :mod:`trainperf.torch`'s link) as metrics
     under ``prefix + "world/"``: the ranks compared, the fastest and slowest rank's iteration time and
-    the spread, the stragglers found and the first one's rank and lateness. Other events give none."""
+    the spread, the slowest data wait, the stragglers found, and the first one's rank and lateness (also
+    as ``straggler/<cause>_ms``, so each cause is a line of its own). Other events give none."""
     if event.get("kind") != "cluster":
         return {}
     world = prefix + "world/"
@@ -56,6 +57,7 @@ def cluster_metrics(event: Mapping[str, Any], prefix: str) -> dict[str, float]:
         first = stragglers[0]
         out[world + "straggler_rank"] = float(first["rank"])
         out[world + "straggler_excess_ms"] = float(first["excess_ms"])
+        out[f"{world}straggler/{first['cause']}_ms"] = float(first["excess_ms"])  # a line per cause
     return out
 
 

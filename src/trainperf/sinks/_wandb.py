@@ -58,6 +58,8 @@ class WandbSink:
         rows: str = "auto",
     ) -> None:
         self._tracked = Tracked(prefix, all_ranks)
+        if not prefix:
+            raise ValueError("prefix must not be empty: the sink charts every metric under it against its iteration")
         start = check_bool("start", start)
         if rows not in _ROWS:
             raise ValueError(f"rows must be one of {', '.join(map(repr, _ROWS))}, got {rows!r}")
@@ -68,7 +70,8 @@ class WandbSink:
         if run is not None and start:
             raise ValueError("give run or start=True, not both")
         if run is not None and not all(callable(getattr(run, m, None)) for m in ("log", "define_metric")):
-            raise TypeError(f"run must be a wandb Run (with log and define_metric), got {run!r}")
+            raise TypeError(f"run must be a wandb Run (with log and define_metric; a Lightning WandbLogger's is its "
+                            f"experiment), got {run!r}")
         try:
             import wandb
         except ImportError as exc:
