@@ -50,6 +50,8 @@ def test_verdict_text_and_its_changes_per_prefix():
             [("fine", "a/"), ("fine", "a/"), ("fine", "b/"), ("gc-bound", "a/"), ("fine", "a/")]]
     assert said == ["fine (5%): r", None, "fine (5%): r", "gc-bound (5%): r", "fine (5%): r"]
     assert tracked.new_verdict(record(), "a/") is None
+    same = "".join(["fi", "ne"])  # the same verdict from another record: an equal string, another object
+    assert tracked.new_verdict(record(verdict=Verdict(same, 5.0, "r")), "a/") is None
 
 
 @pytest.mark.parametrize("all_ranks, rank, prefix", [
@@ -81,6 +83,9 @@ def test_cluster_metrics_are_the_worlds_figures():
     assert calm == {"t/world/iteration_ms_min": 12.0, "t/world/iteration_ms_max": 37.0, "t/world/etl_ms_max": 26.0,
                     "t/world/stragglers": 0.0}
     assert cluster_metrics({"kind": "silent", "rank": 1}, "t/") == {}
+    assert cluster_metrics({**EVENT, "kind": "capture"}, "t/") == {}
+    read_back = "".join(["clus", "ter"])  # a kind read from a file is equal to "cluster", not the same object
+    assert cluster_metrics({**EVENT, "kind": read_back}, "t/") == cluster_metrics(EVENT, "t/")
     assert cluster_metrics({"kind": "cluster"}, "t/") == {"t/world/stragglers": 0.0}
 
 
@@ -96,11 +101,11 @@ class FakeWandbRun:
         self.dropped: list[dict[str, Any]] = []
         self.defined: list[tuple[str, str | None]] = []
         self.summary: dict[str, Any] = {}
-        self.finished = False
+        self.finished = 0
 
     @property
     def step(self) -> int:
-        return self._step
+        return int(str(self._step))  # read back from the service: an equal int, not the same object
 
     def define_metric(self, name: str, step_metric: str | None = None) -> None:
         self.defined.append((name, step_metric))
@@ -126,7 +131,7 @@ class FakeWandbRun:
     def finish(self) -> None:
         if self.current:
             self._commit()
-        self.finished = True
+        self.finished += 1
 
 
 def _ours(run: FakeWandbRun) -> list[float]:
@@ -139,11 +144,44 @@ def test_alone_each_record_has_a_row_of_its_own():
     run = FakeWandbRun()
     sink = WandbSink(run)
     sink.write_many([record(10), record(20)])
+    assert _ours(run) == [10.0, 20.0]  # at once, not waiting for rows of the user's
     sink.write_many([record(30)])
     sink.close()
     assert [row["_step"] for row in run.rows] == [0, 1, 2] and _ours(run) == [10.0, 20.0, 30.0]
     assert run.defined == [("trainperf/iteration", None), ("trainperf/*", "trainperf/iteration")]
     assert not run.finished  # not the sink's run
+
+
+def test_alone_for_hundreds_of_rows_then_joining_when_the_user_logs():
+    from trainperf.sinks import WandbSink
+
+    run = FakeWandbRun()
+    sink = WandbSink(run)
+    for i in range(1, 301):
+        sink.write_many([record(i)])
+    assert _ours(run) == [float(i) for i in range(1, 301)]
+    run.log({"loss": 1.0}, step=400)
+    sink.write_many([record(301), record(302)])
+    run.log({"loss": 2.0}, step=401)
+    sink.close()
+    run.finish()
+    assert [(row["_step"], row.get("trainperf/iteration")) for row in run.rows[-2:]] == [(400, 301.0), (401, 302.0)]
+    assert not run.dropped
+
+
+def test_a_user_who_logs_before_the_first_record_is_seen_at_once():
+    from trainperf.sinks import WandbSink
+
+    run = FakeWandbRun()
+    sink = WandbSink(run)
+    run.log({"loss": 1.0}, step=5)
+    sink.write_many([record(10), record(20)])
+    run.log({"loss": 2.0}, step=6)
+    sink.close()
+    run.finish()
+    assert not run.dropped
+    assert [(row["_step"], row.get("loss"), row.get("trainperf/iteration")) for row in run.rows] == [
+        (5, 1.0, 10.0), (6, 2.0, 20.0)]
 
 
 def test_once_the_user_logs_records_join_their_rows_and_never_move_the_step():
@@ -206,9 +244,10 @@ def test_verdict_and_world_line_in_the_summary_and_other_ranks_skipped():
     sink.write_many([record(10, verdict=Verdict("fine", 1.0, "ok")), record(10, rank=1)])
     sink.on_cluster(EVENT)
     sink.on_cluster({"kind": "silent", "rank": 1})
+    sink.on_cluster({"kind": "cluster", "stragglers": []})  # no iteration: at 0
     sink.close()
-    assert run.summary == {"p/verdict": "fine (1%): ok", "p/world/line": "..."}
-    assert [row.get("p/iteration") for row in run.rows] == [10.0, 40.0]
+    assert run.summary == {"p/verdict": "fine (1%): ok", "p/world/line": ""}
+    assert [row.get("p/iteration") for row in run.rows] == [10.0, 40.0, 0.0]
     assert run.rows[1]["p/world/straggler_rank"] == 1.0 and "p/iteration_ms" not in run.rows[1]
 
 
@@ -233,6 +272,15 @@ def test_a_failing_tracker_drops_what_waits_and_close_does_not_raise_it_again():
         sink.write_many([record(10), record(20)])
     assert not sink._waiting
     sink.close()  # said once already
+    run = Failing(fail_from=1)
+    sink = WandbSink(run, rows="join")
+    with pytest.raises(ConnectionError):
+        sink.write_many([record(10)])
+    run.fail_from = 100  # answers again: one record joins the row, the other waits
+    sink.write_many([record(20), record(30)])
+    assert len(sink._waiting) == 1
+    run.fail_from = 0  # and fails again at close: not raised a second time
+    sink.close()
     with pytest.raises(ConnectionError):  # a first failure at close is raised (and said, as any sink's)
         _close_with_waiting(Failing(fail_from=1))
 
@@ -257,5 +305,6 @@ def test_a_sink_that_started_the_run_finishes_it_even_when_closing_fails(monkeyp
     sink._waiting.append({"trainperf/iteration": 1.0})
     with pytest.raises(ConnectionError):
         sink.close()
-    assert run.finished
+    assert run.finished == 1
     sink.close()  # once only
+    assert run.finished == 1
