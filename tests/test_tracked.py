@@ -25,11 +25,23 @@ def record(iteration: int = 10, *, rank: int | None = None, verdict: Verdict | N
 def test_data_wait_and_gc_shares_of_the_window():
     metrics = scalar_metrics(record(etl_total_ms=25.0, gc_total_ms=4.0), "p/")
     assert metrics["p/data_wait_pct"] == pytest.approx(25.0) and metrics["p/gc_pct"] == pytest.approx(4.0)
-    capped = scalar_metrics(record(etl_total_ms=250.0, gc_total_ms=100.0), "p/")
+    tiny = scalar_metrics(record(window_s=0.0005, etl_total_ms=0.25, gc_total_ms=0.05), "p/")  # a 0.5 ms window
+    assert tiny["p/data_wait_pct"] == pytest.approx(50.0) and tiny["p/gc_pct"] == pytest.approx(10.0)
+    odd = scalar_metrics(record(etl_total_ms=2.5, gc_total_ms=0.7), "p/")
+    assert odd["p/data_wait_pct"] == pytest.approx(2.5) and odd["p/gc_pct"] == pytest.approx(0.7)
+    capped = scalar_metrics(record(etl_total_ms=250.0, gc_total_ms=150.0), "p/")
     assert capped["p/data_wait_pct"] == 100.0 and capped["p/gc_pct"] == 100.0
     none = scalar_metrics(record(window_s=0.0, etl_total_ms=25.0, gc_total_ms=4.0), "p/")
     assert "p/data_wait_pct" not in none and "p/gc_pct" not in none
     assert "p/data_wait_pct" not in scalar_metrics(record(), "p/")
+
+
+def test_each_collector_its_count_and_its_pause_when_known():
+    from trainperf import GCStat
+
+    metrics = scalar_metrics(record(gc=(GCStat("gen0", 3, 1.5), GCStat("jvm", 2, None))), "p/")
+    assert {k: v for k, v in metrics.items() if k.startswith("p/gc/")} == {
+        "p/gc/gen0/count": 3.0, "p/gc/gen0/ms": 1.5, "p/gc/jvm/count": 2.0}
 
 
 def test_record_metrics_keep_finite_figures_and_the_verdict_by_name():
@@ -308,3 +320,35 @@ def test_a_sink_that_started_the_run_finishes_it_even_when_closing_fails(monkeyp
     assert run.finished == 1
     sink.close()  # once only
     assert run.finished == 1
+
+
+def test_no_run_is_never_started_unasked_and_a_missing_wandb_says_what_to_install(monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    import sys
+
+    from trainperf.sinks import WandbSink
+
+    def no_init(**kwargs: Any) -> None:
+        raise AssertionError("a run was started unasked")
+
+    monkeypatch.setattr(wandb, "run", None)
+    monkeypatch.setattr(wandb, "init", no_init)
+    with pytest.raises(RuntimeError, match="no active W&B run"):
+        WandbSink()
+    run = FakeWandbRun()
+    monkeypatch.setattr(wandb, "run", run)
+    assert WandbSink().run is run and WandbSink(start=False).run is run
+    with pytest.raises(TypeError):
+        WandbSink(run, True)  # type: ignore[misc]  # the options are keyword-only
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    with pytest.raises(ImportError, match=r"pip install 'trainperf\[wandb\]'"):
+        WandbSink(run)
+
+
+def test_a_record_of_another_rank_skipped_before_rank_zeros_own():
+    from trainperf.sinks import WandbSink
+
+    run = FakeWandbRun()
+    sink = WandbSink(run)
+    sink.write_many([record(10, rank=1), record(10, rank=0), record(20, rank=2), record(20)])
+    assert _ours(run) == [10.0, 20.0]
