@@ -184,16 +184,18 @@ def test_alone_for_hundreds_of_rows_then_joining_when_the_user_logs():
 def test_a_user_who_logs_before_the_first_record_is_seen_at_once():
     from trainperf.sinks import WandbSink
 
-    run = FakeWandbRun()
-    sink = WandbSink(run)
-    run.log({"loss": 1.0}, step=5)
-    sink.write_many([record(10), record(20)])
-    run.log({"loss": 2.0}, step=6)
-    sink.close()
-    run.finish()
-    assert not run.dropped
-    assert [(row["_step"], row.get("loss"), row.get("trainperf/iteration")) for row in run.rows] == [
-        (5, 1.0, 10.0), (6, 2.0, 20.0)]
+    for rows, first in (("auto", 5), ("".join(["au", "to"]), 1005)):
+        run = FakeWandbRun()
+        sink = WandbSink(run, rows=rows)
+        run.log({"loss": 1.0}, step=first)
+        sink.write_many([record(10), record(20)])
+        sink.write_many([record(30)])  # the row has not moved: it waits too
+        run.log({"loss": 2.0}, step=first + 1)
+        sink.close()
+        run.finish()
+        assert not run.dropped
+        assert [(row["_step"], row.get("loss"), row.get("trainperf/iteration")) for row in run.rows] == [
+            (first, 1.0, 10.0), (first + 1, 2.0, 20.0), (first + 2, None, 30.0)]
 
 
 def test_once_the_user_logs_records_join_their_rows_and_never_move_the_step():
@@ -219,14 +221,16 @@ def test_once_the_user_logs_records_join_their_rows_and_never_move_the_step():
 def test_records_left_waiting_at_close_get_rows_after_the_users_last():
     from trainperf.sinks import WandbSink
 
-    run = FakeWandbRun()
-    sink = WandbSink(run, rows="join")
-    run.log({"loss": 1.0}, step=3)
-    sink.write_many([record(10), record(20), record(30)])
-    sink.close()
-    run.finish()
-    assert [(row["_step"], row.get("loss"), row.get("trainperf/iteration")) for row in run.rows] == [
-        (3, 1.0, 10.0), (4, None, 20.0), (5, None, 30.0)]
+    for first in (3, 1003):  # small steps, and steps read back as new int objects
+        run = FakeWandbRun()
+        sink = WandbSink(run, rows="".join(["jo", "in"]))  # an equal string, not the literal
+        run.log({"loss": 1.0}, step=first)
+        sink.write_many([record(10), record(20), record(30)])
+        sink.write_many([])
+        sink.close()
+        run.finish()
+        assert [(row["_step"], row.get("loss"), row.get("trainperf/iteration")) for row in run.rows] == [
+            (first, 1.0, 10.0), (first + 1, None, 20.0), (first + 2, None, 30.0)]
 
 
 def test_own_rows_always_and_join_from_the_first():
@@ -311,9 +315,12 @@ def test_a_sink_that_started_the_run_finishes_it_even_when_closing_fails(monkeyp
     from trainperf.sinks import WandbSink
 
     run = Failing(fail_from=1)
+    given: list[dict[str, Any]] = []
     monkeypatch.setattr(wandb, "run", None)
-    monkeypatch.setattr(wandb, "init", lambda **kw: run)
+    monkeypatch.setattr(wandb, "init", lambda **kw: given.append(kw) or run)
+    WandbSink(start=True)
     sink = WandbSink(start=True, init={"project": "p"})
+    assert given == [{}, {"project": "p"}]
     sink._waiting.append({"trainperf/iteration": 1.0})
     with pytest.raises(ConnectionError):
         sink.close()

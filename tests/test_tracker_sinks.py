@@ -277,6 +277,19 @@ def test_mlflow_all_ranks_log_into_one_run_under_their_prefix(mlflow_store, cloc
                       "trainperf/iteration_ms": []}
 
 
+def test_mlflow_skips_other_ranks_in_place_and_takes_any_cluster_line(mlflow_store, clock):
+    with mlflow.start_run() as run:
+        sink = MlflowSink()
+        sink.write_many([_record(10, 5.0, rank=1), _record(10, 5.0, rank=0), _record(20, 6.0)])
+        sink.on_cluster({"kind": "cluster", "stragglers": [], "line": "x" * 6000, "time": 2.0})
+        sink.on_cluster({"kind": "silent", "rank": 1})
+    run_id = run.info.run_id
+    assert [m.step for m in mlflow_store.get_metric_history(run_id, "trainperf/iteration_ms")] == [10, 20]
+    world = mlflow_store.get_metric_history(run_id, "trainperf/world/stragglers")
+    assert [(m.step, m.value, m.timestamp) for m in world] == [(0, 0.0, 2000)]
+    assert mlflow_store.get_run(run_id).data.tags["trainperf.world.line"] == "x" * 5000
+
+
 def test_no_active_run_is_an_error_and_start_true_starts_and_ends_one(wandb_run, mlflow_store, tmp_path):
     with pytest.raises(RuntimeError, match="no active MLflow run"):
         MlflowSink()
