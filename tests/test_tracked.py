@@ -146,6 +146,10 @@ class FakeWandbRun:
         self.finished += 1
 
 
+def _metrics_of(rec: PerformanceRecord) -> dict[str, float]:
+    return {**record_metrics(rec, "trainperf/"), "trainperf/iteration": float(rec.iteration)}
+
+
 def _ours(run: FakeWandbRun) -> list[float]:
     return [row["trainperf/iteration"] for row in run.rows if "trainperf/iteration" in row]
 
@@ -226,6 +230,7 @@ def test_records_left_waiting_at_close_get_rows_after_the_users_last():
         sink = WandbSink(run, rows="".join(["jo", "in"]))  # an equal string, not the literal
         run.log({"loss": 1.0}, step=first)
         sink.write_many([record(10), record(20), record(30)])
+        assert run.rows == [] and run.current == {"loss": 1.0, **_metrics_of(record(10))}  # joined, not committed
         sink.write_many([])
         sink.close()
         run.finish()

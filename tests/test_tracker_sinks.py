@@ -317,6 +317,7 @@ def test_no_active_run_is_an_error_and_start_true_starts_and_ends_one(wandb_run,
     (WandbSink, {"run": "wandb_logger"}, TypeError, "experiment"),
     (WandbSink, {"all_ranks": 1}, TypeError, "all_ranks"),
     (MlflowSink, {"run": 42}, TypeError, "run must be an mlflow Run or a run id"),
+    (MlflowSink, {"run": ""}, TypeError, "run must be an mlflow Run or a run id"),
     (MlflowSink, {"run": "abc", "start": True}, ValueError, "not both"),
     (MlflowSink, {"init": ["x"], "start": True}, TypeError, "init must be a mapping"),
 ])
