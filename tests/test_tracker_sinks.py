@@ -290,6 +290,22 @@ def test_mlflow_skips_other_ranks_in_place_and_takes_any_cluster_line(mlflow_sto
     assert mlflow_store.get_run(run_id).data.tags["trainperf.world.line"] == "x" * 5000
 
 
+def test_mlflow_closing_ends_only_the_run_the_sink_started(mlflow_store):
+    with mlflow.start_run() as users:
+        MlflowSink().close()
+        assert mlflow.active_run().info.run_id == users.info.run_id
+    assert mlflow_store.get_run(users.info.run_id).info.status == "FINISHED"  # ended by its own block
+    for _ in range(4):  # run ids are random: either order of theirs and ours
+        sink = MlflowSink(start=True)
+        nested = mlflow.start_run(nested=True)
+        sink.close()
+        assert mlflow.active_run().info.run_id == nested.info.run_id
+        assert mlflow_store.get_run(sink.run_id).info.status == "FINISHED"
+        assert mlflow_store.get_run(nested.info.run_id).info.status == "RUNNING"
+        mlflow.end_run()
+        mlflow.end_run()
+
+
 def test_no_active_run_is_an_error_and_start_true_starts_and_ends_one(wandb_run, mlflow_store, tmp_path):
     with pytest.raises(RuntimeError, match="no active MLflow run"):
         MlflowSink()
