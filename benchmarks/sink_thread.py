@@ -408,29 +408,41 @@ def tracker_costs(folder: Path, rounds: int, n: int) -> None:
     mlflow.start_run()
     trackers: dict[str, Callable[[], Any] | None] = {
         "none": None, "wandb": WandbSink, "mlflow": MlflowSink, "hanging": lambda: WandbSink(HangingRun())}
-    for frequency in (10, 1):
+    for frequency, wait_s in ((10, 0.0), (10, 0.001), (1, 0.0)):
         took: dict[str, list[float]] = {v: [] for v in ("bare", *trackers)}
         for _ in range(rounds):
-            took["bare"].append(attach_loop("bare", folder, n, 0.0))
+            took["bare"].append(attach_loop("bare", folder, n, wait_s))
             for name, make in trackers.items():
                 # what the training thread pays: the timed stretch ends with the loop, and the records the
                 # writer still holds are written after it (a tracker's writes are the writer's time)
-                took[name].append(attach_loop("tracker" if make else "none", folder, n, 0.0, tracker=make,
+                took[name].append(attach_loop("tracker" if make else "none", folder, n, wait_s, tracker=make,
                                               flush=False, frequency=frequency))
         bare = statistics.median(took["bare"])
         cost = {v: (statistics.median(took[v]) - bare) / n * 1e6 for v in trackers}
         spread = {v: (max(took[v]) - min(took[v])) / n * 1e6 for v in trackers}
-        print(f"attach loop, frequency {frequency}, trackers: bare {bare / n * 1e6:.0f} us an iteration; the training "
-              "thread pays " + ", ".join(f"{cost[v]:.0f} us (rounds spread {spread[v]:.0f} us) with {v}"
-                                         for v in trackers))
+        how = "loader waits 1 ms" if wait_s else "loader in memory"
+        print(f"attach loop, frequency {frequency}, {how}, trackers: bare {bare / n * 1e6:.0f} us an iteration; the "
+              "training thread pays " + ", ".join(f"{cost[v]:.0f} us (rounds spread {spread[v]:.0f} us) with {v}"
+                                                  for v in trackers))
+    from trainperf.sinks import scalar_metrics
+
+    recs = records(300)
+    hand = {"wandb": lambda r: run.log(scalar_metrics(r)),
+            "mlflow": lambda r: mlflow.log_metrics(scalar_metrics(r), step=r.iteration)}
     for name, make in (("wandb", WandbSink), ("mlflow", MlflowSink)):
-        sink, recs = make(), records(300)
-        began = time.perf_counter()
+        sink = make()
+        began, cpu = time.perf_counter(), time.thread_time()
         for start in range(0, len(recs), 4):
             sink.write_many(recs[start:start + 4])
-        print(f"per record  {name:11s} as the writer drives it (4 at once) "
-              f"{(time.perf_counter() - began) / len(recs) * 1e6:.0f} us")
+        wall, cpu = (time.perf_counter() - began) / len(recs) * 1e6, (time.thread_time() - cpu) / len(recs) * 1e6
         sink.close()
+        began, hand_cpu = time.perf_counter(), time.thread_time()
+        for r in recs:
+            hand[name](r)
+        hand_wall = (time.perf_counter() - began) / len(recs) * 1e6
+        hand_cpu = (time.thread_time() - hand_cpu) / len(recs) * 1e6
+        print(f"per record  {name:11s} as the writer drives it (4 at once) {wall:.0f} us ({cpu:.0f} us of CPU), "
+              f"hand-written {hand_wall:.0f} us ({hand_cpu:.0f} us of CPU): {cpu / hand_cpu:.2f}x of CPU")
     mlflow.end_run()
     run.finish()
 
