@@ -103,6 +103,24 @@ def env_rank() -> int | None:
         return None
 
 
+def ray_train_run_folder() -> str | None:
+    """The run's folder on Ray Train's storage (``RunConfig(storage_path=..., name=...)``) when this
+    process is a Ray Train worker and that storage is a file system every node mounts (a local or a
+    shared path), else ``None``: outside a worker, with cloud storage, or without ``ray.train`` loaded
+    (never imported here)."""
+    train = sys.modules.get("ray.train")
+    if train is None:
+        return None
+    try:
+        storage = train.get_context().get_storage()
+        if getattr(storage.storage_filesystem, "type_name", None) != "local":
+            return None
+        folder = storage.experiment_fs_path
+    except Exception:  # noqa: BLE001 - not a Ray Train worker (the driver), or another Ray
+        return None
+    return folder if isinstance(folder, str) and folder else None
+
+
 def bad_iteration(
     samples: object, batches: object, etl: object, started: object, other: object, steps: object, skipped: object,
     tokens: object = None,

@@ -7,7 +7,7 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 
-from ..base import env_int
+from ..base import env_int, ray_train_run_folder
 from ..records import WindowEntry
 from ..sinks.shared import SinkError, describe
 from ._sink import RunDirSink
@@ -70,6 +70,12 @@ class RunDirLink:
         """
         if run_dir is None:
             return None
+        if isinstance(run_dir, (str, os.PathLike)) and not os.path.isabs(run_dir):
+            # in a Ray Train worker a relative folder is the run's, on its storage, not the worker's own
+            # working directory (a per-node session folder)
+            storage = ray_train_run_folder()
+            if storage is not None:
+                run_dir = os.path.join(storage, run_dir)
         rank = 0 if rank is None else rank
         local_rank, world_size = env_int("LOCAL_RANK"), env_int("WORLD_SIZE")
         sink = RunDirSink(run_dir, rank=rank, local_rank=local_rank, wall_clock=wall_clock,

@@ -1,0 +1,62 @@
+"""In a Ray Train worker a relative ``run_dir`` is the run's folder on Ray Train's storage, not the worker's
+working directory (Ray runs each worker in a per-node session folder). Tested with a stand-in for
+``ray.train``'s context, as a worker sees it; outside a worker, or with cloud storage, it stays relative."""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+from trainperf import PerformanceListener
+from trainperf.base import ray_train_run_folder
+
+
+def fake_ray_train(monkeypatch, folder, fs_type="local", fails=False):
+    train = ModuleType("ray.train")
+
+    def get_context():
+        if fails:
+            raise RuntimeError("`get_context` can only be called inside a Ray Train worker")
+        storage = SimpleNamespace(storage_filesystem=SimpleNamespace(type_name=fs_type),
+                                  experiment_fs_path=str(folder))
+        return SimpleNamespace(get_storage=lambda: storage)
+
+    train.get_context = get_context  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ray.train", train)
+
+
+def test_a_relative_run_dir_lands_on_the_runs_storage(tmp_path, monkeypatch, clock):
+    monkeypatch.chdir(tmp_path)
+    fake_ray_train(monkeypatch, tmp_path / "storage" / "run1")
+    assert ray_train_run_folder() == str(tmp_path / "storage" / "run1")
+    listener = PerformanceListener(1, sinks=[], clock=clock, run_dir="perf")
+    clock.advance(0.01)
+    listener.record_iteration(8)
+    listener.close()
+    assert (tmp_path / "storage" / "run1" / "perf" / "rank-0" / "windows.jsonl").is_file()
+    assert not (tmp_path / "perf").exists()
+
+
+@pytest.mark.parametrize("fs_type, fails", [("s3", False), ("local", True)])
+def test_cloud_storage_or_no_worker_keeps_the_working_directory(tmp_path, monkeypatch, clock, fs_type, fails):
+    monkeypatch.chdir(tmp_path)
+    fake_ray_train(monkeypatch, tmp_path / "storage", fs_type=fs_type, fails=fails)
+    assert ray_train_run_folder() is None
+    listener = PerformanceListener(1, sinks=[], clock=clock, run_dir="perf")
+    clock.advance(0.01)
+    listener.record_iteration(8)
+    listener.close()
+    assert (tmp_path / "perf" / "rank-0" / "windows.jsonl").is_file()
+
+
+def test_an_absolute_run_dir_is_kept_and_ray_is_never_imported(tmp_path, monkeypatch, clock):
+    fake_ray_train(monkeypatch, tmp_path / "storage")
+    listener = PerformanceListener(1, sinks=[], clock=clock, run_dir=tmp_path / "abs")
+    listener.close()
+    assert (tmp_path / "abs" / "rank-0").is_dir()
+    monkeypatch.delitem(sys.modules, "ray.train")
+    assert ray_train_run_folder() is None and "ray.train" not in sys.modules
+    assert os.path.isabs(str(tmp_path / "abs"))
