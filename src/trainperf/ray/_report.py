@@ -1,0 +1,72 @@
+"""The worker's side: ``ray.train.report`` with the listener's figures since the last report."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from ..core import PerformanceListener
+from ..ranks import mean_figures
+from ..sinks import scalar_metrics
+
+__all__ = ["report", "run_dir_of"]
+
+#: The key of trainperf's figures in the metrics every worker reports.
+KEY = "trainperf"
+
+_reported: weakref.WeakKeyDictionary[PerformanceListener, int] = weakref.WeakKeyDictionary()
+
+
+def report(metrics: Mapping[str, Any] | None = None, *, listener: PerformanceListener, checkpoint: Any = None,
+           **options: Any) -> None:
+    """``ray.train.report(metrics, checkpoint, **options)`` with trainperf's figures added: the newest
+    record's figures under ``trainperf/`` (as a metric logger names them) and, under ``"trainperf"``, this
+    rank and its mean figures per iteration over the records since its last report, which
+    :class:`PerformanceCallback` compares across ranks. As with ``ray.train.report`` itself, every rank
+    must call it as many times as the others (it waits for them all).
+
+    Args:
+        metrics: the worker's own metrics (kept as they are).
+        listener: the worker's listener.
+        checkpoint: a ``ray.train.Checkpoint`` to report with them, if any.
+        options: ``ray.train.report``'s other arguments (``checkpoint_dir_name``, ...).
+    """
+    import ray.train
+
+    if not isinstance(listener, PerformanceListener):
+        raise TypeError(f"listener must be a PerformanceListener, got {listener!r}")
+    if metrics is not None and not isinstance(metrics, Mapping):
+        raise TypeError(f"metrics must be a mapping or None, got {metrics!r}")
+    out = dict(metrics or {})
+    since = _reported.get(listener, 0)
+    records = [r for r in listener.history if r.iteration > since]
+    if records:
+        _reported[listener] = records[-1].iteration
+        out.update(scalar_metrics(records[-1]))
+    out[KEY] = {"rank": listener.rank if listener.rank is not None else ray.train.get_context().get_world_rank(),
+                "figures": mean_figures(records) if records else None}
+    ray.train.report(out, checkpoint=checkpoint, **options)
+
+
+def run_dir_of(result: Any, name: str = "trainperf") -> str:
+    """Where a run's run directory is on the driver: ``name`` (the workers' relative ``run_dir``) in the
+    run's storage folder (``result.path``). On cloud storage it is first copied to a local folder of the
+    same name in the working directory.
+
+    Raises:
+        FileNotFoundError: when the run has no such folder.
+    """
+    import pyarrow.fs
+
+    filesystem, path = result.filesystem, os.path.join(result.path, name)
+    if getattr(filesystem, "type_name", None) == "local":
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"the run at {result.path!r} has no folder {name!r} (the workers' run_dir?)")
+        return path
+    if filesystem.get_file_info(path).type != pyarrow.fs.FileType.Directory:
+        raise FileNotFoundError(f"the run at {result.path!r} has no folder {name!r} (the workers' run_dir?)")
+    local = os.path.abspath(name)
+    pyarrow.fs.copy_files(path, local, source_filesystem=filesystem)
+    return local
