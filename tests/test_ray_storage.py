@@ -60,3 +60,26 @@ def test_an_absolute_run_dir_is_kept_and_ray_is_never_imported(tmp_path, monkeyp
     monkeypatch.delitem(sys.modules, "ray.train")
     assert ray_train_run_folder() is None and "ray.train" not in sys.modules
     assert os.path.isabs(str(tmp_path / "abs"))
+
+
+def test_time_in_ray_trains_report_hides_no_straggler():
+    """A window in which both ranks waited 261 ms in Ray Train's report barrier (measured in a Ray job):
+    rank 1's 25 ms of extra data wait is under a margin taken on a 297 ms iteration, named once the
+    barrier is left out."""
+    from trainperf.ranks import find_stragglers, rank_figures
+
+    def window(etl, compute, other, iteration, barrier=None):
+        values = {"window_iterations": 5, "etl_ms": etl, "compute_ms": compute, "other_ms": other,
+                  "iteration_ms": iteration}
+        if barrier is not None:
+            values["extra"] = {"report_ms": barrier}
+        return values
+
+    plain = [rank_figures(0, window(5.8, 30.1, 261.4, 297.3)), rank_figures(1, window(31.4, 4.2, 262.1, 297.7))]
+    assert find_stragglers(plain) == []
+    spanned = [rank_figures(0, window(5.8, 30.1, 261.4, 297.3, 261.0)),
+               rank_figures(1, window(31.4, 4.2, 262.1, 297.7, 261.8))]
+    assert spanned[0].iteration_ms == pytest.approx(36.3) and spanned[1].other_ms == pytest.approx(0.3)
+    assert [(s.rank, s.cause) for s in find_stragglers(spanned)] == [(1, "data")]
+    odd = rank_figures(0, window(5.0, 30.0, 1.0, 36.0, 50.0))  # never more than the other host time
+    assert odd.other_ms == 0.0 and odd.iteration_ms == pytest.approx(35.0)

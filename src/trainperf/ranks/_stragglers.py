@@ -102,7 +102,9 @@ def rank_figures(rank: int, values: Mapping[str, object]) -> RankFigures | None:
     """:class:`RankFigures` from a record's (or a window line's) fields: ``window_iterations``,
     ``etl_ms``, ``compute_ms``, ``other_ms``, ``iteration_ms``, ``gc_total_ms``, ``etl_source`` and
     the timed parts ``forward_ms``, ``backward_ms``, ``step_ms``, ``comm_ms``, ``wait_ms`` and
-    ``wait_p50_ms`` (at the top level or in ``extra``); ``None`` when a needed figure is missing."""
+    ``wait_p50_ms`` (at the top level or in ``extra``); ``None`` when a needed figure is missing. Time in
+    Ray Train's report (``report_ms``, a barrier outside the step) is left out of the other host time and
+    the iteration."""
     extra = values.get("extra")
     extra = extra if isinstance(extra, Mapping) else {}
 
@@ -116,8 +118,11 @@ def rank_figures(rank: int, values: Mapping[str, object]) -> RankFigures | None:
     if n is None or n < 1 or etl is None or compute is None or it is None:
         return None
     gc_total = num("gc_total_ms")
+    # time in Ray Train's report (a barrier every rank waits at, outside the step: trainperf.ray's span)
+    # is no rank's lateness, and a margin that held it would hide a straggler
+    barrier = min(num("report_ms") or 0.0, num("other_ms") or 0.0)
     return RankFigures(
-        rank, int(n), etl, num("forward_ms"), compute, num("other_ms") or 0.0, it,
+        rank, int(n), etl, num("forward_ms"), compute, (num("other_ms") or 0.0) - barrier, it - barrier,
         backward_ms=num("backward_ms"), step_ms=num("step_ms"), comm_ms=num("comm_ms"), wait_ms=num("wait_ms"),
         gc_ms=gc_total / n if gc_total is not None else 0.0, gap=values.get("etl_source") == "gap",
         wait_p50_ms=num("wait_p50_ms"),

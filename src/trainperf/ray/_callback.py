@@ -10,7 +10,7 @@ from typing import Any
 import ray.train
 
 from ..ranks import LiveJudge, cluster_line, rank_figures
-from ..sinks.shared import LOGGER_NAME
+from ..sinks.shared import LOGGER_NAME, ensure_visible
 from ._report import KEY
 
 __all__ = ["PerformanceCallback"]
@@ -46,10 +46,12 @@ class PerformanceCallback(ray.train.UserCallback):
             return
         line = f"cluster at report {self.rounds}: {cluster_line(figures, self._judge.see(figures))}"
         self.lines.append(line)
+        ensure_visible(_LOG)  # in the controller's process: its stderr reaches the driver's console
         _LOG.info("%s", line)
 
     def after_exception(self, run_context: Any, worker_exceptions: Mapping[int, BaseException]) -> None:
         for rank, error in sorted(worker_exceptions.items()):
             line = f"rank {rank} failed: {type(error).__name__}: {error}"
             self.lines.append(line)
+            ensure_visible(_LOG)
             _LOG.warning("%s", line)

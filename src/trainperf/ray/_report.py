@@ -25,7 +25,8 @@ def report(metrics: Mapping[str, Any] | None = None, *, listener: PerformanceLis
     record's figures under ``trainperf/`` (as a metric logger names them) and, under ``"trainperf"``, this
     rank and its mean figures per iteration over the records since its last report, which
     :class:`PerformanceCallback` compares across ranks. As with ``ray.train.report`` itself, every rank
-    must call it as many times as the others (it waits for them all).
+    must call it as many times as the others (it waits for them all); that wait is timed as the span
+    ``report`` (``extra["report_ms"]``), which the straggler analysis leaves out.
 
     Args:
         metrics: the worker's own metrics (kept as they are).
@@ -47,7 +48,8 @@ def report(metrics: Mapping[str, Any] | None = None, *, listener: PerformanceLis
         out.update(scalar_metrics(records[-1]))
     out[KEY] = {"rank": listener.rank if listener.rank is not None else ray.train.get_context().get_world_rank(),
                 "figures": mean_figures(records) if records else None}
-    ray.train.report(out, checkpoint=checkpoint, **options)
+    with listener.span("report"):  # a barrier: no rank's training time (the straggler analysis leaves it out)
+        ray.train.report(out, checkpoint=checkpoint, **options)
 
 
 def run_dir_of(result: Any, name: str = "trainperf") -> str:
