@@ -147,6 +147,10 @@ class Runner:
 
 def main() -> None:
     os.environ.setdefault("MPLBACKEND", "Agg")
+    # the answers go to the test on a stdout of their own: whatever the imports below print (transformers
+    # says when W&B logs offline) goes to stderr and cannot break a line of the protocol
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     import torch  # noqa: F401 - once here, not in every block's process
 
     import trainperf  # noqa: F401
@@ -157,13 +161,13 @@ def main() -> None:
         except ImportError:  # psutil is optional: a block that uses it imports it itself
             pass
     runner = Runner()
-    print(json.dumps({"ready": True}), flush=True)
+    print(json.dumps({"ready": True}), file=answers, flush=True)
     for line in sys.stdin:
         try:
             answer = runner.handle(json.loads(line))
         except Exception:  # noqa: BLE001 - said to the test, which fails with it
             answer = {"status": "failed", "output": traceback.format_exc()}
-        print(json.dumps(answer), flush=True)
+        print(json.dumps(answer), file=answers, flush=True)
     shutil.rmtree(runner._scratch, ignore_errors=True)
     os._exit(0)  # tearing down torch, Lightning and the rest would only take seconds
 
