@@ -7,9 +7,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..base import check_bool
 from ..records import PerformanceRecord
-from ._tracked import Tracked, cluster_metrics, record_metrics
+from ._tracked import Tracked, check_start, cluster_metrics, record_metrics
 
 __all__ = ["MlflowSink", "mlflow_key"]
 
@@ -58,13 +57,7 @@ class MlflowSink:
         all_ranks: bool = False,
     ) -> None:
         self._tracked = Tracked(prefix, all_ranks)
-        start = check_bool("start", start)
-        if init is not None and not isinstance(init, Mapping):
-            raise TypeError(f"init must be a mapping of mlflow.start_run's arguments or None, got {init!r}")
-        if init is not None and not start:
-            raise ValueError("init is for the run the sink starts: give start=True with it")
-        if run is not None and start:
-            raise ValueError("give run or start=True, not both")
+        start = check_start(start, init, run, "mlflow.start_run")
         run_id = run if isinstance(run, str) else getattr(getattr(run, "info", None), "run_id", None)
         if run is not None and not (isinstance(run_id, str) and run_id):
             raise TypeError(f"run must be an mlflow Run or a run id, got {run!r}")

@@ -12,10 +12,23 @@ from ..base import check_bool, check_str
 from ..records import PerformanceRecord
 from ._metrics import scalar_metrics
 
-__all__ = ["Tracked", "cluster_metrics", "record_metrics"]
+__all__ = ["Tracked", "check_start", "cluster_metrics", "record_metrics"]
 
 #: The longest verdict text handed to a tracker (MLflow keeps tags of up to 8,000 characters).
 TEXT_LIMIT = 5000
+
+
+def check_start(start: object, init: object, run: object, starts: str) -> bool:
+    """The checks of a tracker sink's ``start``, ``init`` and ``run`` arguments (``starts`` names the call
+    that starts a run, for the message); ``start`` as a bool."""
+    started = check_bool("start", start)
+    if init is not None and not isinstance(init, Mapping):
+        raise TypeError(f"init must be a mapping of {starts}'s arguments or None, got {init!r}")
+    if init is not None and not started:
+        raise ValueError("init is for the run the sink starts: give start=True with it")
+    if run is not None and started:
+        raise ValueError("give run or start=True, not both")
+    return started
 
 
 def record_metrics(record: PerformanceRecord, prefix: str) -> dict[str, float]:

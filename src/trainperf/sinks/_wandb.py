@@ -6,9 +6,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..base import check_bool
 from ..records import PerformanceRecord
-from ._tracked import Tracked, cluster_metrics, record_metrics
+from ._tracked import Tracked, check_start, cluster_metrics, record_metrics
 
 __all__ = ["WandbSink"]
 
@@ -60,15 +59,9 @@ class WandbSink:
         self._tracked = Tracked(prefix, all_ranks)
         if not prefix:
             raise ValueError("prefix must not be empty: the sink charts every metric under it against its iteration")
-        start = check_bool("start", start)
+        start = check_start(start, init, run, "wandb.init")
         if rows not in _ROWS:
             raise ValueError(f"rows must be one of {', '.join(map(repr, _ROWS))}, got {rows!r}")
-        if init is not None and not isinstance(init, Mapping):
-            raise TypeError(f"init must be a mapping of wandb.init's arguments or None, got {init!r}")
-        if init is not None and not start:
-            raise ValueError("init is for the run the sink starts: give start=True with it")
-        if run is not None and start:
-            raise ValueError("give run or start=True, not both")
         if run is not None and not all(callable(getattr(run, m, None)) for m in ("log", "define_metric")):
             raise TypeError(f"run must be a wandb Run (with log and define_metric; a Lightning WandbLogger's is its "
                             f"experiment), got {run!r}")
