@@ -151,8 +151,10 @@ def test_unchanged_accumulation_loop_counts_every_micro_batch_load():
     loads = 4 * 1000.0 * statistics.mean(loader.dataset.loads[20:])  # four loads per step, after the warm-up
     truth = 4 * 1000.0 * statistics.mean(waits[20:])  # what the loop waited for them, loader overhead included
     reported = statistics.mean(r.etl_ms for r in recs)
-    assert loads <= reported * 1.02, (loads, reported)
-    assert truth <= reported * 1.02 and reported <= 1.10 * truth, (truth, reported)
+    # Every load counted: one load missed a step would be 25% short. On a loaded machine the loads'
+    # own stopwatch has read up to 2.1% above the figure in a long session; 5% still tells.
+    assert loads <= reported * 1.05, (loads, reported, [r.etl_ms for r in recs])
+    assert truth <= reported * 1.05 and reported <= 1.10 * truth, (truth, reported)
     assert all(r.etl_source == "loader" and r.samples == 5 * 4 * 8 for r in recs)
     assert sum(r.window_s for r in lst.history) == pytest.approx(elapsed, rel=0.1)
 
