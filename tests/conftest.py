@@ -13,7 +13,7 @@ import pytest
 collect_ignore = ["goodput_jobs"]
 
 TEST_MODULES = ("torch", "pytorch_lightning", "lightning", "hypothesis", "pandas", "matplotlib", "perfetto",
-                "psutil", "tensorboard", "tqdm", "pynvml", "wandb", "mlflow")
+                "psutil", "tensorboard", "tqdm", "pynvml", "wandb", "mlflow", "ray")
 
 #: The heavy packages of the ``test-integrations`` extra (Spark, the Hugging Face Trainer, trace analysis): the
 #: README's test command leaves them out, and their tests skip saying so (``tests/_needs.py``). With

@@ -83,3 +83,24 @@ def test_time_in_ray_trains_report_hides_no_straggler():
     assert [(s.rank, s.cause) for s in find_stragglers(spanned)] == [(1, "data")]
     odd = rank_figures(0, window(5.0, 30.0, 1.0, 36.0, 50.0))  # never more than the other host time
     assert odd.other_ms == 0.0 and odd.iteration_ms == pytest.approx(35.0)
+
+
+def test_the_report_leaves_time_in_ray_trains_report_out_of_the_straggler_analysis(tmp_path):
+    """The same from a run directory: every fourth window holds a report barrier (both ranks about 261 ms
+    an iteration, rank 0 leaving it 25 ms later than rank 1 in some), and ``trainperf report`` names rank
+    1's data in every window, the barrier's ones too; its figures stay the stopwatch's (barrier included)."""
+    from trainperf import PerformanceRecord, RunDirSink, build_report
+
+    for rank in range(2):
+        with RunDirSink(tmp_path, rank=rank) as sink:
+            for k in range(1, 17):
+                barrier = (261.0 + (25.0 if rank == 0 and k % 8 == 5 else 0.0)) if k % 4 == 1 and k > 1 else 0.0
+                etl, compute = (31.0, 4.0) if rank == 1 else (6.0, 29.0)
+                extra = {"report_ms": barrier} if barrier else {}
+                sink(PerformanceRecord(iteration=5 * k, window_iterations=5, window_s=0.18, warmup=k == 1,
+                                       timestamp=1.7e9 + 0.2 * k, etl_ms=etl, compute_ms=compute,
+                                       other_ms=0.2 + barrier, iteration_ms=35.2 + barrier, extra=extra, rank=rank))
+    report = build_report(tmp_path)
+    top = report["stragglers"][0]
+    assert (top["rank"], top["cause"], top["windows"]) == (1, "data", 15) and report["analysed_windows"] == 15
+    assert report["ranks"][0]["other_ms"] > 50.0  # the figures themselves keep the barrier: it was waited

@@ -23,6 +23,7 @@ if _TYPE_CHECKING:
     from ._gather import mean_figures as mean_figures
     from ._layout import RANK_FILES as RANK_FILES
     from ._report import REPORT_FORMATS, build_report, read_goodput, write_report
+    from ._silent import name_silent as name_silent
     from ._sink import RunDirSink
     from ._sink import rank_dir as rank_dir
     from ._spans import RunDirLink as RunDirLink
@@ -45,5 +46,5 @@ if not _TYPE_CHECKING:  # mypy reads the imports above, so a misspelt name stays
         "add_report_command": "._command", "add_goodput_command": "._command", "clock_offset": "._gather",
         "mean_figures": "._gather",
         "RANK_FILES": "._layout", "rank_dir": "._sink", "RunDirLink": "._spans", "cluster_line": "._stragglers",
-        "rank_figures": "._stragglers", "LiveJudge": "._windows",
+        "rank_figures": "._stragglers", "LiveJudge": "._windows", "name_silent": "._silent",
     })

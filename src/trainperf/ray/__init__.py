@@ -1,10 +1,25 @@
-"""Ray Train: what a worker hands to ``ray.train.report`` and what Ray Train's controller makes of every
-worker's figures. In a worker, a listener (and the torch, Lightning and Trainer adapters) works as under
-``torchrun``: Ray Train sets up the process group and the ranks' environment, and a relative ``run_dir``
-is the run's folder on Ray Train's storage. Importing this module imports ``ray``; nothing else in
-trainperf does."""
+"""Ray Train: what a worker hands to ``ray.train.report``, its Ray Data input timed, and what Ray Train's
+controller makes of every worker's figures. In a worker, a listener (and the torch, Lightning and Trainer
+adapters) works as under ``torchrun``: Ray Train sets up the process group and the ranks' environment,
+and a relative ``run_dir`` is the run's folder on Ray Train's storage. ``ray`` is imported when
+:class:`PerformanceCallback` is first used or :func:`report` called; nothing else in trainperf imports it."""
 
-from ._callback import PerformanceCallback
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._data import RAY_DATA_TIMERS, ShardBatches, batches
 from ._report import report, run_dir_of
 
-__all__ = ["PerformanceCallback", "report", "run_dir_of"]
+if TYPE_CHECKING:
+    from ._callback import PerformanceCallback
+
+__all__ = ["PerformanceCallback", "RAY_DATA_TIMERS", "ShardBatches", "batches", "report", "run_dir_of"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PerformanceCallback":  # a subclass of Ray's UserCallback: made when first asked for
+        from ._callback import PerformanceCallback
+
+        return PerformanceCallback
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,12 +21,13 @@ from ._flops import StepFlopCounter, batch_shape, step_format
 from ._fsdp import find_fsdp
 from ._registry import hooked_step_levels
 from ._setup import Teardown, TrainingSetup, join_cluster, time_collectives, use_model_device
+from ._tap import attachments_of, is_listened
 
 __all__ = [
     "BlockedCalls", "CollectiveTimer", "StepFlopCounter", "Teardown", "TrainingSetup", "hooked_step_levels",
     "loop_hooks", "step_format", "batch_shape", "batch_size", "find_fsdp", "join_cluster", "token_counter",
     "loader_advisor", "on_cuda_of", "NOT_COUNTED", "TokenCounts",
-    "process_rank", "time_collectives", "use_model_device", "worker_pids",
+    "process_rank", "time_collectives", "use_model_device", "worker_pids", "listeners_of",
 ]
 
 
@@ -82,3 +83,21 @@ def process_rank() -> int | None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return int(torch.distributed.get_rank())
     return None
+
+
+def listeners_of(targets: tuple[Any, ...]) -> list[PerformanceListener]:
+    """The listeners ``targets`` stand for, as :func:`~trainperf.torch.timed` reads them: each listener
+    given, and those attached to each listened-to model given.
+
+    Raises:
+        TypeError: a target is neither (named).
+    """
+    out: list[PerformanceListener] = []
+    for target in targets:
+        if isinstance(target, PerformanceListener):
+            out.append(target)
+        elif is_listened(target):
+            out.extend(a.listener for a in attachments_of(target))
+        else:
+            raise TypeError(f"targets must be PerformanceListener objects or listened-to models, got {target!r}")
+    return out

@@ -25,10 +25,11 @@ __all__: list[str] = []
 WINDOW_FIELDS = ("iteration", "window_iterations", "window_s", "timestamp", "etl_ms", "etl_max_ms", "compute_ms",
                  "other_ms", "iteration_ms", "iteration_p50_ms", "iteration_p95_ms", "iteration_max_ms",
                  "samples_per_sec", "forward_ms", "backward_ms", "step_ms", "comm_ms", "wait_ms", "wait_p50_ms",
-                 "gc_total_ms", "tokens_per_sec", "tflops_per_sec", "mfu",
+                 "gc_total_ms", "tokens_per_sec", "tflops_per_sec", "mfu", "report_ms",
                  "gap", "warmup")
-#: Window fields an adapter keeps in ``extra`` (the timed parts of a distributed run's step).
-EXTRA_FIELDS = frozenset({"forward_ms", "backward_ms", "step_ms", "comm_ms", "wait_ms", "wait_p50_ms"})
+#: Window fields an adapter keeps in ``extra`` (the timed parts of a distributed run's step, and the time in
+#: Ray Train's report, a barrier that the straggler analysis leaves out).
+EXTRA_FIELDS = frozenset({"forward_ms", "backward_ms", "step_ms", "comm_ms", "wait_ms", "wait_p50_ms", "report_ms"})
 _NAN = float("nan")
 #: A clock offset between two ranks larger than this (317 years) is not an estimate.
 MAX_OFFSET_S = 1e10

@@ -44,7 +44,7 @@ def steady(rank: Rank) -> list[int]:
 def _figures(rank: Rank, k: int) -> RankFigures | None:
     w = rank.windows
     keys = ("window_iterations", "etl_ms", "compute_ms", "other_ms", "iteration_ms", "gc_total_ms", "forward_ms",
-            "backward_ms", "step_ms", "comm_ms", "wait_ms", "wait_p50_ms")
+            "backward_ms", "step_ms", "comm_ms", "wait_ms", "wait_p50_ms", "report_ms")
     values: dict[str, object] = {key: w[key][k] for key in keys}
     values["etl_source"] = "gap" if w["gap"][k] else "loader"
     return rank_figures(rank.rank, values)
