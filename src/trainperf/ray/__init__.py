@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._data import RAY_DATA_TIMERS, ShardBatches, batches
-from ._report import report, run_dir_of
+from ._report import hand_back, report, run_dir_of
 
 if TYPE_CHECKING:
     from ._callback import PerformanceCallback
 
-__all__ = ["PerformanceCallback", "RAY_DATA_TIMERS", "ShardBatches", "batches", "report", "run_dir_of"]
+__all__ = ["PerformanceCallback", "RAY_DATA_TIMERS", "ShardBatches", "batches", "hand_back", "report", "run_dir_of"]
 
 
 def __getattr__(name: str) -> Any:

@@ -7,11 +7,12 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from ..base import ray_train_run_folder
 from ..core import PerformanceListener
-from ..ranks import mean_figures
+from ..ranks import RunDirSink, mean_figures
 from ..sinks import scalar_metrics
 
-__all__ = ["report", "run_dir_of"]
+__all__ = ["hand_back", "report", "run_dir_of"]
 
 #: The key of trainperf's figures in the metrics every worker reports.
 KEY = "trainperf"
@@ -48,8 +49,43 @@ def report(metrics: Mapping[str, Any] | None = None, *, listener: PerformanceLis
         out.update(scalar_metrics(records[-1]))
     out[KEY] = {"rank": listener.rank if listener.rank is not None else ray.train.get_context().get_world_rank(),
                 "figures": mean_figures(records) if records else None}
+    if listener.closed:
+        ray.train.report(out, checkpoint=checkpoint, **options)
+        return
     with listener.span("report"):  # a barrier: no rank's training time (the straggler analysis leaves it out)
         ray.train.report(out, checkpoint=checkpoint, **options)
+
+
+def hand_back(metrics: Mapping[str, Any] | None = None, *, listener: PerformanceListener, **options: Any) -> str | None:
+    """A worker's last report, after its training: closes ``listener`` (in a multi-rank run rank 0 then holds
+    every rank's files) and calls :func:`report`. Where the run directory is not in the run's folder on Ray
+    Train's storage (cloud storage: each worker wrote to its own disk), rank 0 reports it as the report's
+    checkpoint, in a folder of the run named as the run directory (``checkpoint_dir_name``), where
+    :func:`run_dir_of` finds it on the driver. Every rank calls it, once. Returns the folder handed over
+    (``None``: none was, as on rank 1 and later, or with the run directory already on the storage).
+
+    Args:
+        metrics: the worker's own metrics for this last report.
+        listener: the worker's listener (with a ``run_dir``; without one, only the report is made).
+        options: ``ray.train.report``'s other arguments.
+    """
+    import ray.train
+
+    if not isinstance(listener, PerformanceListener):
+        raise TypeError(f"listener must be a PerformanceListener, got {listener!r}")
+    found = [sink for sink in listener.sinks if isinstance(sink, RunDirSink)]
+    listener.close()
+    run_dir = os.path.abspath(found[0].path.parent) if found else None
+    storage = ray_train_run_folder()
+    on_storage = storage is not None and run_dir is not None and os.path.commonpath(
+        [os.path.abspath(storage), run_dir]) == os.path.abspath(storage)
+    checkpoint = None
+    if run_dir is not None and not on_storage:
+        options.setdefault("checkpoint_dir_name", os.path.basename(run_dir))
+        if found[0].rank == 0:
+            checkpoint = ray.train.Checkpoint.from_directory(run_dir)
+    report(metrics, listener=listener, checkpoint=checkpoint, **options)
+    return run_dir if checkpoint is not None else None
 
 
 def run_dir_of(result: Any, name: str = "trainperf") -> str:
