@@ -1,17 +1,20 @@
 """Training jobs on a local Ray cluster, and the same loop under ``torchrun``, for tests/test_ray_train.py.
 
-``python _ray_job.py ray OUT``: a 2-worker ``TorchTrainer``; each worker trains a small model under
-``attach`` with a relative ``run_dir``, rank 1's loader 25 ms slower a batch, and reports through
-:func:`trainperf.ray.report` after every 20 iterations; the controller's :class:`PerformanceCallback`
-compares them. Writes ``OUT/result.json``: the run directory on the driver and how long it all took.
+``python _ray_job.py ray OUT``: a 2-worker ``TorchTrainer`` whose storage is a file system other than the
+local one (as cloud storage is: ``OUT/cloud`` seen through pyarrow's ``SubTreeFileSystem``); each worker
+trains a small model under ``attach`` with a relative ``run_dir`` (so in its own working directory), rank
+1's loader 25 ms slower a batch, reports through :func:`trainperf.ray.report` after every 20 iterations
+and ends with :func:`trainperf.ray.hand_back`; the controller's :class:`PerformanceCallback` compares
+them. Writes ``OUT/result.json``: the run directory the driver got (copied into ``OUT``) and how long it
+all took.
 
 ``torchrun --nproc-per-node 2 _ray_job.py torchrun OUT``: the same loop, with ``OUT/torchrun`` as the run
 directory and no Ray.
 
-``python _ray_job.py data OUT``: the workers read a Ray Data shard through :func:`trainperf.ray.batches`,
-with a stopwatch around each ``next()`` (kept in ``OUT/waits-rank<r>.json`` at every report); rank 1 dies
-(``os._exit``) after its iteration 30. Writes ``OUT/result.json`` with the error the driver got, when
-rank 1 died and when the driver heard of it."""
+``python _ray_job.py data OUT``: on local storage (``OUT/storage``), the workers read a Ray Data shard
+through :func:`trainperf.ray.batches`, with a stopwatch around each ``next()`` (kept in
+``OUT/waits-rank<r>.json`` at every report); rank 1 dies (``os._exit``) after its iteration 30. Writes
+``OUT/result.json`` with the error the driver got, when rank 1 died and when the driver heard of it."""
 
 from __future__ import annotations
 
@@ -57,7 +60,12 @@ def train_loop(config: dict) -> None:
             from trainperf.ray import report
 
             report({"step": i}, listener=listener)
-    listener.close()
+    if config["ray"]:
+        from trainperf.ray import hand_back
+
+        hand_back({"done": True}, listener=listener)
+    else:
+        listener.close()
 
 
 def data_loop(config: dict) -> None:
@@ -115,6 +123,7 @@ def make_rows(rows: dict) -> dict:
 
 
 def on_ray(out: str, data: bool) -> None:
+    import pyarrow.fs
     import ray
     import ray.data
     from ray.train import FailureConfig, RunConfig, ScalingConfig
@@ -124,10 +133,17 @@ def on_ray(out: str, data: bool) -> None:
 
     began = time.monotonic()
     ray.init(address="local", num_cpus=4 if data else 2, include_dashboard=False, log_to_driver=True)
-    run_config = RunConfig(storage_path=os.path.join(out, "storage"), name="job",
-                           callbacks=[PerformanceCallback()], failure_config=FailureConfig(max_failures=0))
+    if data:
+        storage: dict = {"storage_path": os.path.join(out, "storage")}
+    else:
+        os.makedirs(os.path.join(out, "cloud"))
+        storage = {"storage_path": "runs",
+                   "storage_filesystem": pyarrow.fs.SubTreeFileSystem(os.path.join(out, "cloud"),
+                                                                      pyarrow.fs.LocalFileSystem())}
+    run_config = RunConfig(name="job", callbacks=[PerformanceCallback()], failure_config=FailureConfig(max_failures=0),
+                           **storage)
     scaling = ScalingConfig(num_workers=2, use_gpu=False)
-    result: dict = {"path": os.path.join(out, "storage", "job")}
+    result: dict = {"path": os.path.join(out, "storage", "job"), "out": out}
     if data:
         rows = ray.data.range(640, override_num_blocks=16).map_batches(make_rows, batch_size=8)
         trainer = TorchTrainer(data_loop, train_loop_config={"out": out}, scaling_config=scaling,
@@ -143,6 +159,7 @@ def on_ray(out: str, data: bool) -> None:
         trainer = TorchTrainer(train_loop, train_loop_config={"ray": True, "run_dir": "trainperf"},
                                scaling_config=scaling, run_config=run_config)
         done = trainer.fit()
+        os.chdir(out)  # where run_dir_of copies the run directory to
         result["run_dir"] = run_dir_of(done)
         result["path"] = done.path
     ray.shutdown()

@@ -53,10 +53,14 @@ def torchrun_job(tmp_path_factory):
 
 
 def test_a_ray_train_job_gives_a_run_directory_whose_report_names_the_slow_rank(ray_job):
+    """On storage the workers cannot write as a folder (cloud storage): rank 0 hands the run directory over
+    as the last report's checkpoint, and the driver gets a copy."""
     result, output = ray_job
     run_dir = result["run_dir"]
-    assert run_dir == os.path.join(result["path"], "trainperf")
+    assert result["path"] == "runs/job" and run_dir == os.path.join(result["out"], "trainperf")
     assert sorted(os.listdir(run_dir)) == ["rank-0", "rank-1"]
+    on_storage = os.path.join(result["out"], "cloud", "runs", "job", "trainperf")
+    assert sorted(os.listdir(on_storage)) == ["rank-0", "rank-1"]
     report = build_report(run_dir)
     assert [r["rank"] for r in report["ranks"]] == [0, 1] and report["silent"] == []
     top = report["stragglers"][0]
@@ -68,15 +72,16 @@ def test_a_ray_train_job_gives_a_run_directory_whose_report_names_the_slow_rank(
 
 def test_the_same_loop_under_torchrun_gives_the_same_figures_and_straggler(ray_job, torchrun_job):
     """Per rank: the data wait, the compute and the median iteration (Ray's report barrier, which the loop
-    under torchrun does not call, falls in 3 of the 16 windows) within 10% (or 1 ms: the compute of the
-    rank that waits for data is about 4 ms); the same straggler, its excess within 10%."""
+    under torchrun does not call, falls in 3 of the 16 windows) within 10%, or 2 ms for a figure that
+    small (the compute of the rank that waits for data, 3-4 ms, read 4.21 and 2.65 ms in two runs of the
+    same job under torchrun here); the same straggler, its excess within 10%."""
     on_ray, under_torchrun = build_report(ray_job[0]["run_dir"]), build_report(torchrun_job)
     assert [r["rank"] for r in under_torchrun["ranks"]] == [0, 1]
     for a, b in zip(on_ray["ranks"], under_torchrun["ranks"], strict=True):
         for name, x, y in [("etl", a["etl_ms"]["mean"], b["etl_ms"]["mean"]),
                            ("compute", a["compute_ms"], b["compute_ms"]),
                            ("iteration p50", a["iteration_ms"]["p50"], b["iteration_ms"]["p50"])]:
-            assert abs(x - y) <= max(0.10 * y, 1.0), (a["rank"], name, x, y)
+            assert abs(x - y) <= max(0.10 * y, 2.0), (a["rank"], name, x, y)
     top_ray, top_torchrun = on_ray["stragglers"][0], under_torchrun["stragglers"][0]
     assert (top_torchrun["rank"], top_torchrun["cause"]) == (top_ray["rank"], top_ray["cause"]) == (1, "data")
     assert top_ray["excess_ms"] == pytest.approx(top_torchrun["excess_ms"], rel=0.10)
