@@ -11,6 +11,10 @@ all took.
 ``torchrun --nproc-per-node 2 _ray_job.py torchrun OUT``: the same loop, with ``OUT/torchrun`` as the run
 directory and no Ray.
 
+``python _ray_job.py lightning OUT``: the loader of the first job in a Lightning module, trained by a
+Lightning ``Trainer`` as Ray Train's guide sets one up (``RayDDPStrategy``, ``RayLightningEnvironment``,
+``prepare_trainer``) with trainperf's Lightning callback and a relative ``run_dir``, on local storage.
+
 ``python _ray_job.py data OUT``: on local storage (``OUT/storage``), the workers read a Ray Data shard
 through :func:`trainperf.ray.batches`, with a stopwatch around each ``next()`` (kept in
 ``OUT/waits-rank<r>.json`` at every report); rank 1 dies (``os._exit``) after its iteration 30. Writes
@@ -114,6 +118,46 @@ def data_loop(config: dict) -> None:
     listener.close()
 
 
+def lightning_loop(config: dict) -> None:
+    import warnings
+
+    import lightning.pytorch as pl
+    import torch
+    from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment, prepare_trainer
+
+    from trainperf.lightning import PerformanceCallback
+
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+
+    class Sleepy(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 8 * 2 * 20  # 20 steps a rank
+
+        def __getitem__(self, i):
+            time.sleep(0.001 + (0.003 if rank == 1 else 0.0))  # a batch of 8: 8 and 32 ms
+            return torch.randn(4), torch.randn(1)
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, index):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.fc(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    callback = PerformanceCallback(frequency=5, sinks=[], run_dir="trainperf", cluster_every=1)
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", devices="auto", strategy=RayDDPStrategy(),
+                         plugins=[RayLightningEnvironment()], callbacks=[callback], enable_progress_bar=False,
+                         logger=False, enable_checkpointing=False)
+    prepare_trainer(trainer).fit(Model(), torch.utils.data.DataLoader(Sleepy(), batch_size=8))
+
+
 def make_rows(rows: dict) -> dict:
     import numpy as np
 
@@ -122,7 +166,7 @@ def make_rows(rows: dict) -> dict:
     return {"x": np.random.randn(n, 4).astype("float32"), "y": np.random.randn(n, 1).astype("float32")}
 
 
-def on_ray(out: str, data: bool) -> None:
+def on_ray(out: str, mode: str) -> None:
     import pyarrow.fs
     import ray
     import ray.data
@@ -132,8 +176,9 @@ def on_ray(out: str, data: bool) -> None:
     from trainperf.ray import PerformanceCallback, run_dir_of
 
     began = time.monotonic()
+    data = mode == "data"
     ray.init(address="local", num_cpus=4 if data else 2, include_dashboard=False, log_to_driver=True)
-    if data:
+    if mode != "ray":
         storage: dict = {"storage_path": os.path.join(out, "storage")}
     else:
         os.makedirs(os.path.join(out, "cloud"))
@@ -155,6 +200,8 @@ def on_ray(out: str, data: bool) -> None:
             result["heard"] = time.time()
             result["error"] = type(error).__name__
             result["failed_ranks"] = sorted(getattr(error, "worker_failures", {}) or {})
+    elif mode == "lightning":
+        TorchTrainer(lightning_loop, scaling_config=scaling, run_config=run_config).fit()
     else:
         trainer = TorchTrainer(train_loop, train_loop_config={"ray": True, "run_dir": "trainperf"},
                                scaling_config=scaling, run_config=run_config)
@@ -183,4 +230,4 @@ if __name__ == "__main__":
     if mode == "torchrun":
         under_torchrun(where)
     else:
-        on_ray(where, data=mode == "data")
+        on_ray(where, mode)

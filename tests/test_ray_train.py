@@ -88,6 +88,20 @@ def test_the_same_loop_under_torchrun_gives_the_same_figures_and_straggler(ray_j
     assert top_torchrun["windows"] >= 0.95 * under_torchrun["analysed_windows"]
 
 
+def test_lightnings_callback_in_a_ray_train_worker_writes_the_run_directory_on_the_storage(tmp_path):
+    """Lightning as Ray Train's guide sets it up (its own strategy and environment), trainperf's callback
+    with a relative run_dir: the run directory is in the run's storage folder, and rank 1's 24 ms more
+    data wait a step is named in its windows and in the cluster lines."""
+    done = run_job(sys.executable, JOB, "lightning", str(tmp_path))
+    run_dir = tmp_path / "storage" / "job" / "trainperf"
+    assert sorted(os.listdir(run_dir)) == ["rank-0", "rank-1"]
+    report = build_report(run_dir)
+    top = report["stragglers"][0]
+    assert (top["rank"], top["cause"]) == (1, "data") and top["windows"] == report["analysed_windows"] == 3, report
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if "cluster at iteration" in line]
+    assert lines and all("straggler rank 1 (data" in line for line in lines), lines
+
+
 def test_ray_data_input_is_timed_and_a_dead_worker_is_named_silent_without_a_hang(tmp_path):
     done = run_job(sys.executable, JOB, "data", str(tmp_path))
     result = json.loads((tmp_path / "result.json").read_text())
