@@ -137,3 +137,26 @@ def test_bad_arguments_are_named(clock, shard, targets, error, match):
     with pytest.raises(error, match=match):
         batches(shard, *targets)
     listener.close()
+
+
+class Scripted:
+    """A timer that reads what it is told, one reading a call."""
+
+    def __init__(self, readings):
+        self.readings = list(readings)
+        self.total = 0.0  # what the fake shard adds goes nowhere
+
+    def get(self):
+        return self.readings.pop(0)
+
+
+@pytest.mark.parametrize("readings, per_iteration_ms", [
+    ([0.0, 0.005, 0.002, 0.006, 0.010, 0.015], (5 + 4 + 4 + 5) / 5),  # went back at the 2nd batch: nothing then
+    ([-0.5, -0.2, 0.004, 0.010, float("nan"), 0.020], 6 / 5),  # readings below 0 or NaN are no readings
+])
+def test_a_timer_that_goes_back_or_reads_nonsense_adds_nothing_for_that_batch(clock, readings, per_iteration_ms):
+    shard = FakeShard(clock, [0.001] * 5)
+    shard._iter_stats.iter_total_blocked_s = Scripted(readings)
+    listener = PerformanceListener(5, sinks=[], clock=clock, verdict=False)
+    records = train(listener, shard)
+    assert records[0].extra["ray_data_blocked_ms"] == pytest.approx(per_iteration_ms)
