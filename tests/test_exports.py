@@ -9,7 +9,7 @@ import pytest
 
 import trainperf
 
-PACKAGES = ["trainperf", "trainperf.torch", "trainperf.data", "trainperf.sinks", "trainperf.lightning"]
+PACKAGES = ["trainperf", "trainperf.torch", "trainperf.data", "trainperf.sinks", "trainperf.lightning", "trainperf.ray"]
 
 
 @pytest.mark.parametrize("package_name", PACKAGES)
@@ -38,6 +38,13 @@ def test_a_lazy_name_is_listed_before_its_first_use_and_an_unknown_one_is_refuse
             "try:\n    trainperf.no_such_name\nexcept AttributeError as exc:\n    print(exc)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "module 'trainperf' has no attribute 'no_such_name'"
+
+
+def test_trainperf_ray_imports_ray_only_when_its_callback_is_used_or_a_report_made():
+    code = ("import sys, trainperf, trainperf.torch, trainperf.ray; print('ray' in sys.modules); "
+            "trainperf.ray.PerformanceCallback; print('ray.train' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
 
 
 def test_core_imports_no_framework():

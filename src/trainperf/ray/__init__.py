@@ -4,22 +4,16 @@ adapters) works as under ``torchrun``: Ray Train sets up the process group and t
 and a relative ``run_dir`` is the run's folder on Ray Train's storage. ``ray`` is imported when
 :class:`PerformanceCallback` is first used or :func:`report` called; nothing else in trainperf imports it."""
 
-from __future__ import annotations
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from typing import TYPE_CHECKING, Any
-
+from ..base import lazy_names as _lazy_names
 from ._data import RAY_DATA_TIMERS, ShardBatches, batches
 from ._report import hand_back, report, run_dir_of
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from ._callback import PerformanceCallback
 
 __all__ = ["PerformanceCallback", "RAY_DATA_TIMERS", "ShardBatches", "batches", "hand_back", "report", "run_dir_of"]
 
-
-def __getattr__(name: str) -> Any:
-    if name == "PerformanceCallback":  # a subclass of Ray's UserCallback: made when first asked for
-        from ._callback import PerformanceCallback
-
-        return PerformanceCallback
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not _TYPE_CHECKING:  # a subclass of Ray's UserCallback: made when first asked for
+    __getattr__, __dir__ = _lazy_names(__name__, {"PerformanceCallback": "._callback"})
