@@ -51,7 +51,7 @@ def _exists(module: str) -> bool:
 
 MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 ADAPTERS = ("trainperf.torch", "trainperf.lightning", "trainperf.transformers", "trainperf.data", "trainperf.diagnosis",
-            "trainperf.cli")
+            "trainperf.cli", "trainperf.ray")
 
 
 def is_under(module: str, package: str) -> bool:
