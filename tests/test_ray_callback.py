@@ -115,3 +115,8 @@ def test_name_silent_checks_its_arguments_and_needs_rank_0s_folder(tmp_path):
     assert name_silent(tmp_path, 1, "x", now=5.0) is True
     event = json.loads((tmp_path / "rank-0" / "events.jsonl").read_text())
     assert event == {"kind": "silent", "rank": 1, "last_seen": None, "why": "x", "t": 5.0}
+
+
+def test_name_silent_says_so_when_the_disk_refuses(tmp_path):
+    (tmp_path / "rank-0" / "events.jsonl").mkdir(parents=True)  # a folder where the file should be
+    assert name_silent(tmp_path, 1, "x") is False
