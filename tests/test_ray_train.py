@@ -113,10 +113,13 @@ def test_ray_data_input_is_timed_and_a_dead_worker_is_named_silent_without_a_han
     assert [s["rank"] for s in report["silent"]] == [1], (report["silent"], done.stderr[-3000:])
     output = done.stdout + done.stderr
     assert "rank 1 its worker failed: WorkerHealthCheckFailedError" in output
-    # rank 0's windows against the stopwatch around each next() in its loop, and Ray Data's own timer
+    # rank 0's windows against the stopwatch around each next() in its loop, and Ray Data's own timer. Each
+    # window's data wait is inside the stopwatch's; over the run it is all but trainperf's own work per batch
+    # (under load, a window can lose a few ms a batch to the training thread being preempted around the
+    # fetch, which the stopwatch counts); Ray's timer leaves out its iterator's own work.
     waits = json.loads((tmp_path / "waits-rank0.json").read_text())
     windows = [json.loads(line) for line in (run_dir / "rank-0" / "windows.jsonl").read_text().splitlines()]
-    checked = 0
+    checked = []
     for w in windows:
         first, last = w["first_iteration"], w["iteration"]
         if w["warmup"] or last > len(waits):
@@ -124,8 +127,10 @@ def test_ray_data_input_is_timed_and_a_dead_worker_is_named_silent_without_a_han
         stopwatch = 1000.0 * statistics.mean(waits[first - 1:last])
         blocked = w["extra"].get("ray_data_blocked_ms", 0.0)
         assert w["etl_source"] == "loader" and w["etl_ms"] <= stopwatch * 1.02 + 0.05, (w, stopwatch)
-        assert w["etl_ms"] >= 0.9 * stopwatch - 1.0, (w, stopwatch)  # trainperf's own time per batch left out
-        assert blocked <= w["etl_ms"] * 1.02 + 0.05 and blocked >= 0.9 * w["etl_ms"] - 1.0, w
-        checked += 1
-    assert checked >= 4, windows
+        assert blocked <= w["etl_ms"] * 1.02 + 0.05, w
+        checked.append((w["etl_ms"], stopwatch, blocked))
+    assert len(checked) >= 4, windows
+    ours, stopwatch, rays = (sum(column) for column in zip(*checked, strict=True))
+    assert ours >= 0.95 * stopwatch - len(checked), checked
+    assert rays >= 0.75 * ours, checked
     assert any(w["extra"].get("ray_data_production_wait_ms", 0.0) > 1.0 for w in windows)
