@@ -23,6 +23,15 @@ from trainperf.ranks import mean_figures  # noqa: E402
 from trainperf.ray import PerformanceCallback  # noqa: E402
 
 
+class NodeDied(ray.exceptions.NodeDiedError):
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self):
+        return self.message
+
+
 def run_context(folder, fs_type="local"):
     storage = SimpleNamespace(storage_filesystem=SimpleNamespace(type_name=fs_type), experiment_fs_path=str(folder))
     return SimpleNamespace(run_config=SimpleNamespace(storage_context=storage))
@@ -120,3 +129,34 @@ def test_name_silent_checks_its_arguments_and_needs_rank_0s_folder(tmp_path):
 def test_name_silent_says_so_when_the_disk_refuses(tmp_path):
     (tmp_path / "rank-0" / "events.jsonl").mkdir(parents=True)  # a folder where the file should be
     assert name_silent(tmp_path, 1, "x") is False
+
+
+def test_two_ranks_are_compared_by_the_rank_they_report_not_their_place(tmp_path):
+    listeners = simulate(tmp_path / "run", ranks=2, iterations=40, etl_ms=lambda r, i: 27.0 if r == 0 else 2.0)
+    callback = PerformanceCallback()
+    callback.after_report(run_context(tmp_path), list(reversed(ranks_metrics(listeners, 0))), None)
+    assert len(callback.lines) == 1 and "straggler rank 0 (data" in callback.lines[0], callback.lines
+
+
+def test_a_worker_without_figures_between_two_with_them_is_passed_over(tmp_path):
+    listeners = simulate(tmp_path / "run", ranks=3, iterations=40, etl_ms=lambda r, i: 27.0 if r == 2 else 2.0)
+    metrics = ranks_metrics(listeners, 0)
+    callback = PerformanceCallback()
+    callback.after_report(run_context(tmp_path), [metrics[0], {"loss": 1.0}, metrics[2]], None)
+    assert len(callback.lines) == 1 and "2 ranks" in callback.lines[0] and "straggler rank 2 (data" in callback.lines[0]
+
+
+def test_a_long_error_message_is_cut_and_odd_storage_is_not_written(tmp_path):
+    simulate(tmp_path / "job" / "trainperf", ranks=2, iterations=20)
+    callback = PerformanceCallback()
+    long = "x" * 300
+    callback.after_exception(run_context(tmp_path / "job", "gcs"), {1: NodeDied(long)})
+    odd = SimpleNamespace(run_config=SimpleNamespace(storage_context=SimpleNamespace(
+        storage_filesystem=SimpleNamespace(type_name="local"), experiment_fs_path=123)))
+    callback.after_exception(odd, {0: NodeDied(long)})  # a path of the wrong type
+    assert not (tmp_path / "job" / "trainperf" / "rank-0" / "events.jsonl").exists()
+    assert len(callback.lines) == 2 and all("named silent" not in line for line in callback.lines)
+    simulate(tmp_path / "local" / "trainperf", ranks=2, iterations=20)
+    PerformanceCallback().after_exception(run_context(tmp_path / "local"), {1: NodeDied("y" * 300)})
+    event = json.loads((tmp_path / "local" / "trainperf" / "rank-0" / "events.jsonl").read_text())
+    assert event["why"] == "its worker failed: NodeDied: " + "y" * 200
