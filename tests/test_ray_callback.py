@@ -160,3 +160,12 @@ def test_a_long_error_message_is_cut_and_odd_storage_is_not_written(tmp_path):
     PerformanceCallback().after_exception(run_context(tmp_path / "local"), {1: NodeDied("y" * 300)})
     event = json.loads((tmp_path / "local" / "trainperf" / "rank-0" / "events.jsonl").read_text())
     assert event["why"] == "its worker failed: NodeDied: " + "y" * 200
+
+
+def test_a_later_poll_names_the_ranks_not_said_before(tmp_path):
+    simulate(tmp_path / "job" / "trainperf", ranks=3, iterations=20)
+    callback = PerformanceCallback()
+    callback.after_exception(run_context(tmp_path / "job"), {0: RuntimeError("peer gone")})
+    callback.after_exception(run_context(tmp_path / "job"), {0: RuntimeError("peer gone"), 2: NodeDied("node lost")})
+    assert [line.split(" its ")[0] for line in callback.lines] == ["rank 0", "rank 2"]
+    assert [s["rank"] for s in build_report(tmp_path / "job" / "trainperf")["silent"]] == [2]
