@@ -50,12 +50,13 @@ def train(listener, clock, n, etl=0.002, step=0.010):
 def test_report_adds_the_newest_record_and_the_figures_since_the_last_report(clock, reports, monkeypatch):
     in_worker(monkeypatch, rank=3)
     listener = PerformanceListener(5, sinks=[], clock=clock, verdict=False)
-    train(listener, clock, 10)
+    train(listener, clock, 5, etl=0.001)
+    train(listener, clock, 5)
     report({"loss": 0.5, "step": 10}, listener=listener)
     metrics, checkpoint, options = reports[0]
     assert checkpoint is None and options == {}
     assert metrics["loss"] == 0.5 and metrics["step"] == 10
-    assert metrics["trainperf/iteration_ms"] == pytest.approx(12.0)
+    assert metrics["trainperf/iteration_ms"] == pytest.approx(12.0)  # the newest record's
     assert metrics["trainperf/etl_ms"] == pytest.approx(2.0)
     assert metrics["trainperf"] == {"rank": 3, "figures": mean_figures(listener.history)}  # the rank from Ray
     train(listener, clock, 5, etl=0.020)
@@ -143,3 +144,10 @@ def test_run_dir_of_finds_the_folder_on_a_local_or_another_file_system(tmp_path,
     with pytest.raises(FileNotFoundError, match="has no folder 'other'"):
         run_dir_of(remote, "other")
     assert os.listdir(work) == ["trainperf"]
+
+
+def test_hand_back_hands_over_a_run_directory_outside_a_local_storage(tmp_path, clock, reports, monkeypatch):
+    in_worker(monkeypatch, rank=0, storage=tmp_path / "storage" / "job")
+    listener = PerformanceListener(5, sinks=[], clock=clock, run_dir=tmp_path / "elsewhere", rank=0)
+    assert hand_back(listener=listener) == str(tmp_path / "elsewhere")
+    assert reports[0][1].path == str(tmp_path / "elsewhere") and reports[0][2] == {"checkpoint_dir_name": "elsewhere"}
