@@ -44,7 +44,7 @@ class Shard:
             setattr(self._iter_stats, attribute, timer)
             self.timers.append(timer)
 
-    def iter_torch_batches(self, **options: object) -> "Shard":
+    def iter_torch_batches(self, **options: object) -> Shard:
         return self
 
     def __iter__(self):
@@ -63,7 +63,7 @@ def one_round(kind: str, items: list[dict[str, torch.Tensor]]) -> float:
     source = {"bare": shard, "timed": timed(shard, model), "batches": batches(shard, model)}[kind]
     started = time.perf_counter()
     with torch.no_grad():
-        for batch in source:
+        for _batch in source:
             pass
     elapsed = time.perf_counter() - started
     listener.close()
