@@ -151,3 +151,30 @@ def test_hand_back_hands_over_a_run_directory_outside_a_local_storage(tmp_path, 
     listener = PerformanceListener(5, sinks=[], clock=clock, run_dir=tmp_path / "elsewhere", rank=0)
     assert hand_back(listener=listener) == str(tmp_path / "elsewhere")
     assert reports[0][1].path == str(tmp_path / "elsewhere") and reports[0][2] == {"checkpoint_dir_name": "elsewhere"}
+
+
+def test_a_report_after_the_very_first_iteration_carries_it(clock, reports, monkeypatch):
+    in_worker(monkeypatch, rank=0)
+    listener = PerformanceListener(1, sinks=[], clock=clock, verdict=False)
+    train(listener, clock, 1)
+    report({}, listener=listener)
+    assert reports[0][0]["trainperf"]["figures"]["last"] == 1
+    listener.close()
+
+
+def test_run_dir_of_copies_from_any_file_system_not_the_local_one(tmp_path, monkeypatch):
+    """``gcs`` and ``hdfs`` sort before ``local``: only the local file system's folder is used in place."""
+    (tmp_path / "job" / "trainperf").mkdir(parents=True)
+    subtree = pyarrow.fs.SubTreeFileSystem(str(tmp_path), pyarrow.fs.LocalFileSystem())
+
+    class Gcs:
+        type_name = "gcs"
+        get_file_info = staticmethod(subtree.get_file_info)
+
+    copied = []
+    monkeypatch.setattr(pyarrow.fs, "copy_files", lambda source, target, source_filesystem: copied.append(
+        (source, target, source_filesystem)))
+    monkeypatch.chdir(tmp_path)
+    result = SimpleNamespace(filesystem=Gcs(), path="job")
+    assert run_dir_of(result) == str(tmp_path / "trainperf")
+    assert copied == [("job/trainperf", str(tmp_path / "trainperf"), result.filesystem)]
