@@ -30,6 +30,14 @@ import time
 ITERATIONS, REPORT_EVERY, DIE_AT = 80, 20, 30
 
 
+def started(config: dict, rank: int) -> None:
+    """Leave ``OUT/started-rank<r>``: the worker runs (Ray's own start-up, which trainperf has no part in,
+    is over)."""
+    if config.get("out"):
+        with open(os.path.join(config["out"], f"started-rank{rank}"), "w"):
+            pass
+
+
 def train_loop(config: dict) -> None:
     import warnings
 
@@ -42,6 +50,7 @@ def train_loop(config: dict) -> None:
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     rank = dist.get_rank()
+    started(config, rank)
 
     class Sleepy(torch.utils.data.Dataset):
         def __len__(self) -> int:
@@ -86,6 +95,7 @@ def data_loop(config: dict) -> None:
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     rank = dist.get_rank()
+    started(config, rank)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     listener = PerformanceListener(5, sinks=[], run_dir="trainperf", cluster_every=2, cluster_timeout_s=30.0)
@@ -130,6 +140,7 @@ def lightning_loop(config: dict) -> None:
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
+    started(config, rank)
 
     class Sleepy(torch.utils.data.Dataset):
         def __len__(self) -> int:
@@ -201,9 +212,10 @@ def on_ray(out: str, mode: str) -> None:
             result["error"] = type(error).__name__
             result["failed_ranks"] = sorted(getattr(error, "worker_failures", {}) or {})
     elif mode == "lightning":
-        TorchTrainer(lightning_loop, scaling_config=scaling, run_config=run_config).fit()
+        TorchTrainer(lightning_loop, train_loop_config={"out": out}, scaling_config=scaling,
+                     run_config=run_config).fit()
     else:
-        trainer = TorchTrainer(train_loop, train_loop_config={"ray": True, "run_dir": "trainperf"},
+        trainer = TorchTrainer(train_loop, train_loop_config={"ray": True, "run_dir": "trainperf", "out": out},
                                scaling_config=scaling, run_config=run_config)
         done = trainer.fit()
         os.chdir(out)  # where run_dir_of copies the run directory to
@@ -220,7 +232,7 @@ def under_torchrun(out: str) -> None:
 
     dist.init_process_group("gloo")
     try:
-        train_loop({"ray": False, "run_dir": os.path.join(out, "torchrun")})
+        train_loop({"ray": False, "run_dir": os.path.join(out, "torchrun"), "out": out})
     finally:
         dist.destroy_process_group()
 

@@ -29,7 +29,17 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(HERE, "..", "sr
 
 
 def run_job(*command, timeout=400):
-    done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=timeout)
+    """Run a job to its end. When it runs out of time before any worker started (Ray's own start-up, in
+    which no trainperf code runs, can take minutes on a machine whose cores are all busy), the test
+    skips saying so; once a worker has started, running out of time is a failure."""
+    out = command[-1]
+    try:
+        done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if not any(name.startswith("started-rank") for name in os.listdir(out)):
+            pytest.skip(f"the local Ray cluster started no worker in {timeout} s: this machine is too busy for Ray "
+                        f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+        raise
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-4000:])
     return done
 
