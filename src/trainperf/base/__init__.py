@@ -23,6 +23,7 @@ from ._process import env_int as env_int
 from ._process import env_rank as env_rank
 from ._process import host_name as host_name
 from ._process import iteration_error as iteration_error
+from ._process import local_run_folder as local_run_folder
 from ._process import process_age as process_age
 from ._process import ray_train_run_folder as ray_train_run_folder
 from ._process import usable_cores as usable_cores

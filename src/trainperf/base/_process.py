@@ -7,6 +7,7 @@ import math
 import os
 import sys
 import time
+from typing import Any
 
 from ._check import is_int
 
@@ -113,10 +114,20 @@ def ray_train_run_folder() -> str | None:
         return None
     try:
         storage = train.get_context().get_storage()
+    except Exception:  # noqa: BLE001 - not a Ray Train worker (the driver), or another Ray
+        return None
+    return local_run_folder(storage)
+
+
+def local_run_folder(storage: Any) -> str | None:
+    """The run's folder of a Ray Train storage context (``StorageContext``: a worker's, or a run config's)
+    when its file system is the local one (a local or mounted path), else ``None`` (cloud storage, or a
+    Ray that keeps it elsewhere)."""
+    try:
         if getattr(storage.storage_filesystem, "type_name", None) != "local":
             return None
         folder = storage.experiment_fs_path
-    except Exception:  # noqa: BLE001 - not a Ray Train worker (the driver), or another Ray
+    except Exception:  # noqa: BLE001 - Ray's own objects: another version may keep them differently
         return None
     return folder if isinstance(folder, str) and folder else None
 

@@ -11,6 +11,7 @@ from typing import Any
 import ray.exceptions
 import ray.train
 
+from ..base import local_run_folder
 from ..ranks import LiveJudge, cluster_line, name_silent, rank_figures
 from ..sinks.shared import LOGGER_NAME, ensure_visible
 from ._report import KEY
@@ -21,16 +22,12 @@ _LOG = logging.getLogger(LOGGER_NAME)
 
 
 def _run_folder(run_context: Any) -> str | None:
-    """The run's folder on its storage, when that is a file system this process can write (local or
-    mounted); ``None`` otherwise (cloud storage, or a Ray that keeps it elsewhere)."""
+    """The run's folder on its storage, when that is a file system this process can write."""
     try:
         storage = run_context.run_config.storage_context
-        if getattr(storage.storage_filesystem, "type_name", None) != "local":
-            return None
-        folder = storage.experiment_fs_path
     except Exception:  # noqa: BLE001 - Ray's own objects: another version may keep them differently
         return None
-    return folder if isinstance(folder, str) and folder else None
+    return local_run_folder(storage)
 
 
 def went_silent(error: BaseException) -> bool:
