@@ -25,11 +25,13 @@ NOT_NEEDED = (
 TARGET_S = 0.15
 WALL_FACTOR = 12.0
 #: ...and at most this many times their CPU time, which the load hardly moves: the median of the ratios of
-#: ``PAIRS`` runs, each beside its own control run. On the 2-core machine: 3.9 to 4.4 idle and 4.1 to 4.4
-#: beside 4 busy processes (single pairs from 2.6 to 6.9, so one pair, or a median of 5, is not enough);
-#: before the imports were made lazy, about 7. Importing torch or numpy with it would read over 10.
-CPU_FACTOR = 6.0
-PAIRS = 9
+#: ``PAIRS`` runs, each beside its own control run. On the 2-core machine, over 10 measurements each: 3.1 to
+#: 4.5 (with 9 pairs 4.1 to 5.6, once; single pairs 2.4 to 8.0, so one pair, or a median of 5, is not
+#: enough). Before the goodput, memory, padding and per-shape FLOPs parts about 3.6; before the imports
+#: were made lazy, about 7.
+#: Importing numpy with it reads about 12.
+CPU_FACTOR = 7.0
+PAIRS = 11
 #: What each measured run does: the import between two readings of the process's CPU time.
 TIMED = "import time; began = time.process_time(); import {}; print(time.process_time() - began)"
 
